@@ -1,0 +1,35 @@
+"""tinygrad_attn: a small reverse-mode autograd framework for attention on a CPU.
+
+    import tinygrad_attn as ta
+    from tinygrad_attn import functional as F
+
+    x = ta.Tensor([[1.0, 2.0, 3.0]], requires_grad=True)
+    F.softmax(x, dim=-1)[0, 2].backward()
+    x.grad                                  # d p_2 / d x
+"""
+
+from . import functional
+from .gradcheck import GradcheckError, gradcheck
+from .masks import causal_mask, padding_mask
+from .ops import cat, stack, where
+from .rng import manual_seed
+from .tensor import Context, Function, Tensor, is_grad_enabled, no_grad
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Context",
+    "Function",
+    "GradcheckError",
+    "Tensor",
+    "cat",
+    "causal_mask",
+    "functional",
+    "gradcheck",
+    "is_grad_enabled",
+    "manual_seed",
+    "no_grad",
+    "padding_mask",
+    "stack",
+    "where",
+]

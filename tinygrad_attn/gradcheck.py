@@ -1,0 +1,109 @@
+"""Check analytic gradients against central finite differences.
+
+How: the outputs y of `fn` are projected onto fixed random directions w
+(standard normal, seeded), giving the scalar L = sum(y * w). One backward pass
+gives the analytic dL/dx; for each element x_i of each input that requires
+grad, the numeric derivative is (L(x_i + eps) - L(x_i - eps)) / (2 eps).
+Checking one random projection of the output detects a wrong Jacobian with
+probability 1; inputs with more than `max_elements` entries are checked on a
+random subset of that many elements.
+
+Everything runs in float64: float inputs are promoted for the duration of the
+check, perturbed in place (so views keep their strides, and parameters that
+`fn` reads through a module are perturbed too), and restored afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .tensor import Tensor, no_grad
+
+
+class GradcheckError(RuntimeError):
+    pass
+
+
+def _outputs(result: Any) -> list[Tensor]:
+    items = result if isinstance(result, (tuple, list)) else (result,)
+    return [t for t in items if isinstance(t, Tensor) and t.dtype.kind == "f"]
+
+
+def gradcheck(
+    fn: Callable[..., Any],
+    inputs: Tensor | Sequence[Tensor],
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+    max_elements: int = 2048,
+    seed: int = 0,
+) -> bool:
+    """True if every input's analytic gradient matches finite differences.
+
+    `fn(*inputs)` returns a tensor of any shape (or a tuple of them). An
+    element fails when |analytic - numeric| > atol + rtol * |numeric|. On
+    failure raises GradcheckError ("gradient mismatch ...") naming the input,
+    the worst index and both values, or returns False with raise_exception=False.
+    """
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    saved = [(t.data, t.grad) for t in inputs]
+    rng = np.random.default_rng(seed)
+    try:
+        for t in inputs:
+            if t.dtype.kind == "f" and t.dtype != np.float64:
+                t.data = t.data.astype(np.float64)
+            t.grad = None
+        outputs = _outputs(fn(*inputs))
+        directions = [rng.standard_normal(y.shape) for y in outputs]
+
+        def projected() -> float:
+            with no_grad():
+                return sum(float((y.data * w).sum()) for y, w in zip(_outputs(fn(*inputs)), directions))
+
+        differentiable = [(y * Tensor(w)).sum() for y, w in zip(outputs, directions) if y.requires_grad]
+        if differentiable:
+            total = differentiable[0]
+            for term in differentiable[1:]:
+                total = total + term
+            total.backward()
+
+        for position, t in enumerate(inputs):
+            if not t.requires_grad:
+                continue
+            analytic = np.zeros(t.shape) if t.grad is None else t.grad.data
+            flat = np.arange(t.size)
+            if t.size > max_elements:
+                flat = np.sort(rng.choice(t.size, max_elements, replace=False))
+            numeric = np.empty(len(flat))
+            for n, i in enumerate(flat):
+                index = np.unravel_index(i, t.shape)
+                original = t.data[index]
+                t.data[index] = original + eps
+                plus = projected()
+                t.data[index] = original - eps
+                minus = projected()
+                t.data[index] = original
+                numeric[n] = (plus - minus) / (2 * eps)
+            picked = analytic.reshape(-1)[flat] if t.shape else analytic.reshape(1)
+            excess = np.abs(picked - numeric) - (atol + rtol * np.abs(numeric))
+            if np.any(excess > 0) or not np.all(np.isfinite(picked)):
+                worst = int(np.nanargmax(np.where(np.isfinite(picked), excess, np.inf)))
+                index = tuple(int(j) for j in np.unravel_index(flat[worst], t.shape))
+                a, num = picked[worst], numeric[worst]
+                message = (
+                    f"gradient mismatch for input {position} (shape {t.shape}) at index {index}: "
+                    f"analytic {a:.8g}, numeric {num:.8g}, abs error {abs(a - num):.3g}, "
+                    f"rel error {abs(a - num) / max(abs(num), 1e-300):.3g} (atol {atol}, rtol {rtol}); "
+                    f"{int(np.sum(excess > 0))} of {len(flat)} checked elements fail"
+                )
+                if raise_exception:
+                    raise GradcheckError(message)
+                return False
+        return True
+    finally:
+        for t, (data, grad) in zip(inputs, saved):
+            t.data, t.grad = data, grad

@@ -1,0 +1,27 @@
+"""Attention masks in the framework's convention: bool, True where a query MAY attend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .tensor import Tensor
+
+
+def causal_mask(tq: int, tk: int | None = None) -> Tensor:
+    """(Tq, Tk) lower-triangular bool mask: query i may attend keys 0..i (aligned to the upper left)."""
+    tk = tq if tk is None else tk
+    if tq < 0 or tk < 0:
+        raise ValueError(f"causal_mask: sizes must be non-negative, got Tq={tq}, Tk={tk}")
+    return Tensor(np.tri(tq, tk, dtype=np.bool_))
+
+
+def padding_mask(lengths: Any, t: int) -> Tensor:
+    """(B, 1, 1, T) bool mask: sequence b may attend its first lengths[b] positions."""
+    lengths = np.asarray(lengths.data if isinstance(lengths, Tensor) else lengths)
+    if lengths.ndim != 1 or lengths.dtype.kind not in "iu":
+        raise ValueError(f"padding_mask: lengths must be a 1-D integer array, got shape {lengths.shape}")
+    if np.any((lengths < 0) | (lengths > t)):
+        raise ValueError(f"padding_mask: lengths {lengths.tolist()} must lie in [0, {t}]")
+    return Tensor((np.arange(t)[None, :] < lengths[:, None])[:, None, None, :])

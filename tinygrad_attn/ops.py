@@ -1,0 +1,436 @@
+"""The primitive ops: one `Function` per op, forward and backward side by side.
+
+Notation: `grad` is dL/d(output). Each backward returns dL/d(input) for each
+input, in the output's (possibly broadcast) shape; the engine sums it back to
+the input's shape. Composite ops (mean, transpose, unsqueeze, stack, ...) are
+built from these in tensor.py and functional.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .tensor import Context, Function, Tensor
+
+# --- elementwise, two inputs ---------------------------------------------------
+
+
+class Add(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        return a + b
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, grad  # d(a+b)/da = d(a+b)/db = 1
+
+
+class Sub(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        return a - b
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, -grad
+
+
+class Mul(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a * b
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return grad * b, grad * a
+
+
+class Div(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a / b
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return grad / b, -grad * a / (b * b)  # d(a/b)/db = -a/b^2
+
+
+class Where(Function):
+    """where(cond, a, b): a where cond is True, else b. cond gets no gradient."""
+
+    @staticmethod
+    def forward(ctx, cond, a, b):
+        ctx.save_for_backward(cond)
+        return np.where(cond, a, b)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (cond,) = ctx.saved_tensors
+        return None, np.where(cond, grad, 0), np.where(cond, 0, grad)
+
+
+# --- elementwise, one input ----------------------------------------------------
+
+
+class Neg(Function):
+    @staticmethod
+    def forward(ctx, a):
+        return -a
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -grad
+
+
+class Pow(Function):
+    @staticmethod
+    def forward(ctx, a, exponent):
+        ctx.save_for_backward(a)
+        ctx.exponent = exponent
+        return a**exponent
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved_tensors
+        p = ctx.exponent
+        return grad * p * a ** (p - 1)  # d(a^p)/da = p a^(p-1)
+
+
+class Exp(Function):
+    @staticmethod
+    def forward(ctx, a):
+        out = np.exp(a)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * out  # d(e^a)/da = e^a
+
+
+class Log(Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a)
+        return np.log(a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved_tensors
+        return grad / a
+
+
+class Sqrt(Function):
+    @staticmethod
+    def forward(ctx, a):
+        out = np.sqrt(a)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad / (2 * out)  # d(sqrt a)/da = 1 / (2 sqrt a)
+
+
+class Tanh(Function):
+    @staticmethod
+    def forward(ctx, a):
+        out = np.tanh(a)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * (1 - out * out)
+
+
+class Sigmoid(Function):
+    @staticmethod
+    def forward(ctx, a):
+        out = 0.5 * (1 + np.tanh(0.5 * a))  # = 1 / (1 + e^-a), without overflow
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * out * (1 - out)
+
+
+class Relu(Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(a > 0)
+        return np.maximum(a, 0)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (positive,) = ctx.saved_tensors
+        return grad * positive  # the subgradient at 0 is taken as 0
+
+
+class Cast(Function):
+    @staticmethod
+    def forward(ctx, a, dtype):
+        ctx.input_dtype = a.dtype
+        return a.astype(dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.astype(ctx.input_dtype)
+
+
+# --- reductions ------------------------------------------------------------------
+
+
+class Sum(Function):
+    @staticmethod
+    def forward(ctx, a, axis, keepdim):
+        ctx.input_shape, ctx.axis = a.shape, axis
+        return a.sum(axis=axis, keepdims=keepdim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        # every summed element receives the gradient of its sum
+        kept = np.expand_dims(grad, ctx.axis) if grad.ndim < len(ctx.input_shape) else grad
+        return np.broadcast_to(kept, ctx.input_shape)
+
+
+class Max(Function):
+    """Largest value along `axis`; tied maxima share the gradient evenly."""
+
+    @staticmethod
+    def forward(ctx, a, axis, keepdim):
+        out = a.max(axis=axis, keepdims=True)
+        ctx.save_for_backward(a == out)
+        ctx.axis = axis
+        return out if keepdim else np.squeeze(out, axis)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (is_max,) = ctx.saved_tensors
+        kept = np.expand_dims(grad, ctx.axis) if grad.ndim < is_max.ndim else grad
+        return kept * is_max / is_max.sum(axis=ctx.axis, keepdims=True)
+
+
+# --- shape ---------------------------------------------------------------------------
+
+
+class Reshape(Function):
+    @staticmethod
+    def forward(ctx, a, shape):
+        ctx.input_shape = a.shape
+        return a.reshape(shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.reshape(ctx.input_shape)
+
+
+class Permute(Function):
+    @staticmethod
+    def forward(ctx, a, dims):
+        ctx.dims = dims
+        return a.transpose(dims)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.transpose(np.argsort(ctx.dims))  # the inverse permutation
+
+
+class GetItem(Function):
+    """a[index] for ints, slices, None, Ellipsis and integer or bool arrays.
+
+    Backward scatters the gradient into zeros of a's shape, adding where an
+    index array picks the same element more than once.
+    """
+
+    @staticmethod
+    def forward(ctx, a, index):
+        ctx.input_shape, ctx.input_dtype, ctx.index = a.shape, a.dtype, index
+        return a[index]
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = np.zeros(ctx.input_shape, dtype=grad.dtype)
+        index = ctx.index if isinstance(ctx.index, tuple) else (ctx.index,)
+        if any(isinstance(i, np.ndarray) and i.dtype.kind in "iu" for i in index):
+            np.add.at(out, ctx.index, grad)  # integer indices may repeat: accumulate
+        else:
+            out[ctx.index] = grad  # slices and bool masks never pick an element twice
+        return out
+
+
+class Cat(Function):
+    @staticmethod
+    def forward(ctx, *arrays, axis):
+        ctx.axis = axis
+        ctx.split_points = np.cumsum([a.shape[axis] for a in arrays])[:-1]
+        return np.concatenate(arrays, axis=axis)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return tuple(np.split(grad, ctx.split_points, axis=ctx.axis))
+
+
+# --- linear algebra -------------------------------------------------------------------
+
+
+class MatMul(Function):
+    """a @ b with np.matmul's rules: 1-D operands and broadcast batch dims.
+
+    For 2-D: C = A B gives dA = dC B^T and dB = A^T dC. A 1-D operand is
+    treated as a row (a) or column (b) vector and the added axis removed.
+    """
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a @ b
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        a2 = a[None, :] if a.ndim == 1 else a  # (..., n, k)
+        b2 = b[:, None] if b.ndim == 1 else b  # (..., k, m)
+        g2 = grad
+        if a.ndim == 1:
+            g2 = np.expand_dims(g2, -2)
+        if b.ndim == 1:
+            g2 = np.expand_dims(g2, -1)  # (..., n, m)
+        grad_a = g2 @ np.swapaxes(b2, -1, -2)  # (..., n, k)
+        grad_b = np.swapaxes(a2, -1, -2) @ g2  # (..., k, m)
+        if a.ndim == 1:
+            grad_a = grad_a.squeeze(-2)
+        if b.ndim == 1:
+            grad_b = grad_b.squeeze(-1)
+        return grad_a, grad_b
+
+
+# --- argument checks: one clear error instead of a traceback from numpy ---------------
+
+
+def check_broadcast(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        listed = " and ".join(str(s) for s in shapes)
+        raise ValueError(f"{op}: shapes {listed} cannot be broadcast together") from None
+
+
+def check_matmul(a: tuple[int, ...], b: tuple[int, ...]) -> None:
+    if len(a) == 0 or len(b) == 0:
+        raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {a} and {b}")
+    k_b = b[0] if len(b) == 1 else b[-2]
+    if a[-1] != k_b:
+        raise ValueError(f"matmul: shapes {a} and {b} are not aligned ({a[-1]} != {k_b})")
+    try:
+        np.broadcast_shapes(a[:-2], b[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: batch dims of shapes {a} and {b} cannot be broadcast together") from None
+
+
+def normalize_dim(dim: int, ndim: int, op: str) -> int:
+    if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
+        raise TypeError(f"{op}: dim must be an int, got {dim!r}")
+    if not -max(ndim, 1) <= dim < max(ndim, 1):
+        raise IndexError(f"{op}: dim {dim} is out of range for a tensor with {ndim} dims")
+    return int(dim) % max(ndim, 1)
+
+
+def normalize_dims(dim: int | tuple[int, ...] | None, ndim: int, op: str) -> tuple[int, ...]:
+    """`dim` as a sorted tuple of non-negative axes; None means all of them."""
+    if dim is None:
+        return tuple(range(ndim))
+    dims = tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
+    axes = tuple(sorted({normalize_dim(d, ndim, op) for d in dims}))
+    if len(axes) != len(dims):
+        raise ValueError(f"{op}: dim {dim} names the same dim twice")
+    return axes
+
+
+def resolve_shape(shape: tuple[Any, ...], current: tuple[int, ...]) -> tuple[int, ...]:
+    """A reshape target (ints, possibly one -1, or a single tuple) as a tuple of ints."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    shape = tuple(int(n) for n in shape)
+    size = int(np.prod(current))
+    known = int(np.prod([n for n in shape if n != -1]))
+    if shape.count(-1) > 1 or any(n < -1 for n in shape):
+        raise ValueError(f"reshape: invalid shape {shape} (at most one -1, no other negative size)")
+    if -1 in shape:
+        if known == 0 or size % known:
+            raise ValueError(f"reshape: cannot reshape a tensor of shape {current} (size {size}) into {shape}")
+        shape = tuple(size // known if n == -1 else n for n in shape)
+    if int(np.prod(shape)) != size:
+        raise ValueError(f"reshape: cannot reshape a tensor of shape {current} (size {size}) into {shape}")
+    return shape
+
+
+def normalize_index(index: Any, shape: tuple[int, ...]) -> Any:
+    """Tensors and lists in an index become numpy arrays; out-of-range ints raise IndexError."""
+    items = index if isinstance(index, tuple) else (index,)
+    converted = []
+    for item in items:
+        if isinstance(item, Tensor):
+            item = item.data
+        elif isinstance(item, list):
+            item = np.asarray(item)
+        if isinstance(item, np.ndarray) and item.dtype.kind not in "iub":
+            raise IndexError(f"index: arrays used as indices must be integer or bool, got dtype {item.dtype}")
+        converted.append(item)
+    try:
+        np.empty(shape, dtype=np.bool_)[tuple(converted)]  # validate on a cheap stand-in
+    except IndexError as err:
+        raise IndexError(f"index {index!r} is invalid for a tensor of shape {shape}: {err}") from None
+    return tuple(converted) if isinstance(index, tuple) else converted[0]
+
+
+def cat(tensors: list[Tensor], dim: int = 0) -> Tensor:
+    """Join tensors along an existing dim."""
+    tensors = [t if isinstance(t, Tensor) else Tensor(t) for t in tensors]
+    if not tensors:
+        raise ValueError("cat: expected a non-empty list of tensors")
+    first = tensors[0].shape
+    axis = normalize_dim(dim, len(first), "cat")
+    for t in tensors[1:]:
+        if len(t.shape) != len(first) or any(
+            n != m for i, (n, m) in enumerate(zip(t.shape, first)) if i != axis
+        ):
+            raise ValueError(f"cat: shapes {first} and {t.shape} differ outside dim {dim}")
+    return Cat.apply(*tensors, axis=axis)
+
+
+def stack(tensors: list[Tensor], dim: int = 0) -> Tensor:
+    """Join same-shaped tensors along a new dim."""
+    tensors = [t if isinstance(t, Tensor) else Tensor(t) for t in tensors]
+    if not tensors:
+        raise ValueError("stack: expected a non-empty list of tensors")
+    shapes = {t.shape for t in tensors}
+    if len(shapes) > 1:
+        raise ValueError(f"stack: all tensors must have the same shape, got {sorted(shapes)}")
+    return cat([t.unsqueeze(dim) for t in tensors], dim)
+
+
+def where(cond: Any, a: Any, b: Any) -> Tensor:
+    """Elementwise choice: a where the bool `cond` is True, else b."""
+    cond = cond if isinstance(cond, Tensor) else Tensor(np.asarray(cond))
+    if cond.dtype != np.bool_:
+        raise TypeError(f"where: cond must be bool, got dtype {cond.dtype}")
+    like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
+    a = like._operand(a) if like is not None else Tensor(a)
+    b = like._operand(b) if like is not None else Tensor(b)
+    check_broadcast("where", cond.shape, a.shape, b.shape)
+    return Where.apply(cond, a, b)
+
+
+__all__ = ["Context", "Function", "Tensor", "cat", "stack", "where"]
