@@ -303,10 +303,10 @@ class MatMul(Function):
         a2 = a[None, :] if a.ndim == 1 else a  # (..., n, k)
         b2 = b[:, None] if b.ndim == 1 else b  # (..., k, m)
         g2 = grad
-        if a.ndim == 1:
-            g2 = np.expand_dims(g2, -2)
         if b.ndim == 1:
-            g2 = np.expand_dims(g2, -1)  # (..., n, m)
+            g2 = np.expand_dims(g2, -1)
+        if a.ndim == 1:
+            g2 = np.expand_dims(g2, -2)  # (..., n, m)
         grad_a = g2 @ np.swapaxes(b2, -1, -2)  # (..., n, k)
         grad_b = np.swapaxes(a2, -1, -2) @ g2  # (..., k, m)
         if a.ndim == 1:

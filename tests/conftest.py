@@ -1,0 +1,32 @@
+"""Shared test settings and hypothesis strategies.
+
+Every gradcheck runs in float64. `arrays(shape)` draws float64 data that may
+be a non-contiguous view (a transpose of its storage), so ops are checked on
+strided inputs too.
+"""
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+settings.register_profile(
+    "default",
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.load_profile("default")
+
+
+@st.composite
+def arrays(draw, shape, low=-2.0, high=2.0):
+    """float64 data of `shape`, sometimes stored transposed (a non-contiguous view)."""
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    if len(shape) >= 2 and draw(st.booleans()):
+        return np.ascontiguousarray(rng.uniform(low, high, shape[::-1])).T
+    return rng.uniform(low, high, shape)
+
+
+def shapes(min_dims=0, max_dims=3, max_side=3):
+    return st.lists(st.integers(1, max_side), min_size=min_dims, max_size=max_dims).map(tuple)

@@ -1,0 +1,152 @@
+"""The autograd engine: graph walking, accumulation, no_grad, retain_graph, dtypes and errors."""
+
+import numpy as np
+import pytest
+
+import tinygrad_attn as ta
+
+
+def test_leaf_gradient_accumulates_over_backward_calls():
+    x = ta.Tensor([1.0, 2.0], requires_grad=True)
+    (x * 3.0).sum().backward()
+    (x * x).sum().backward()
+    np.testing.assert_allclose(x.grad.data, [3 + 2, 3 + 4])
+
+
+def test_shared_subexpression_sums_both_paths():
+    x = ta.Tensor(2.0, requires_grad=True)
+    y = x * x  # used twice below
+    z = y * 3.0 + y.exp()
+    z.backward()
+    expected = 3 * 2 * 2.0 + np.exp(4.0) * 2 * 2.0  # dz/dy * dy/dx
+    np.testing.assert_allclose(x.grad.item(), expected, rtol=1e-6)
+
+
+def test_intermediates_keep_no_grad_and_leaves_are_leaves():
+    x = ta.Tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2.0
+    y.sum().backward()
+    assert y.grad is None and not y.is_leaf and x.is_leaf
+    assert x.grad.grad is None and not x.grad.requires_grad
+
+
+def test_no_grad_context_and_decorator():
+    x = ta.Tensor([1.0], requires_grad=True)
+    with ta.no_grad():
+        assert not (x * 2).requires_grad and not ta.is_grad_enabled()
+    assert ta.is_grad_enabled() and (x * 2).requires_grad
+
+    @ta.no_grad()
+    def double(t):
+        return t * 2
+
+    assert not double(x).requires_grad
+
+
+def test_detach_cuts_the_graph():
+    x = ta.Tensor([3.0], requires_grad=True)
+    y = x * x.detach()  # d/dx = x.detach() only
+    y.backward()
+    np.testing.assert_allclose(x.grad.data, [3.0])
+
+
+def test_retain_graph_and_second_backward_error():
+    x = ta.Tensor([1.0, 2.0], requires_grad=True)
+    loss = (x.exp() * x).sum()
+    loss.backward(retain_graph=True)
+    first = x.grad.data.copy()
+    loss.backward()
+    np.testing.assert_allclose(x.grad.data, 2 * first)
+    with pytest.raises(RuntimeError, match="second time.*retain_graph=True"):
+        loss.backward()
+
+
+def test_chain_of_20000_ops_has_no_recursion_limit():
+    x = ta.Tensor(1.0, requires_grad=True)
+    y = x
+    for _ in range(20_000):
+        y = y + 1.0
+    y.backward()
+    assert x.grad.item() == 1.0
+
+
+def test_backward_errors():
+    x = ta.Tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"single-element output.*\(2,\)"):
+        (x * 2).backward()
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        ta.Tensor([1.0]).backward()
+    with pytest.raises(ValueError, match=r"grad has shape \(3,\)"):
+        (x * 2).backward(np.ones(3))
+    (x * 2).backward(np.array([1.0, 10.0]))
+    np.testing.assert_allclose(x.grad.data, [2.0, 20.0])
+
+
+def test_construction_and_dtypes():
+    assert ta.Tensor(1.5).dtype == np.float32
+    assert ta.Tensor([[1.0, 2.0]]).dtype == np.float32
+    assert ta.Tensor(np.zeros(2, np.float64)).dtype == np.float64
+    assert ta.Tensor([1, 2]).dtype.kind == "i"
+    assert ta.Tensor(np.array([True])).dtype == np.bool_
+    assert ta.Tensor([1.0], dtype=np.float64).dtype == np.float64
+    with pytest.raises(TypeError, match="only floating-point tensors can require grad.*int"):
+        ta.Tensor([1, 2], requires_grad=True)
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        ta.Tensor(["a"])
+
+
+def test_type_promotion_follows_numpy_and_grads_keep_dtype():
+    a = ta.Tensor(np.ones(2, np.float32), requires_grad=True)
+    b = ta.Tensor(np.ones(2, np.float64), requires_grad=True)
+    c = a * b
+    assert c.dtype == np.float64
+    c.sum().backward()
+    assert a.grad.dtype == np.float32 and b.grad.dtype == np.float64
+    assert (a * 2).dtype == np.float32 and (2.0 - a).dtype == np.float32
+
+
+def test_attributes_and_conversions():
+    x = ta.Tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    assert x.shape == (2, 3) and x.ndim == 2 and x.size == 6 and x.numel() == 6 and len(x) == 2
+    assert np.asarray(x) is x.data and x.numpy() is x.data
+    assert ta.Tensor(4.0).item() == 4.0
+    assert "requires_grad=True" in repr(x) and "grad_fn=Mul" in repr(x * 2)
+    np.testing.assert_array_equal(np.add(np.ones((2, 3)), x).data, 1 + x.data)  # ndarray + Tensor
+    with pytest.raises(ValueError, match="one element"):
+        x.item()
+
+
+def test_shape_errors_name_the_shapes():
+    a, b = ta.Tensor(np.zeros((2, 3))), ta.Tensor(np.zeros((4, 5)))
+    with pytest.raises(ValueError, match=r"matmul: shapes \(2, 3\) and \(4, 5\) are not aligned"):
+        a @ b
+    with pytest.raises(ValueError, match=r"cannot reshape a tensor of shape \(2, 3\) \(size 6\) into \(4, 2\)"):
+        a.reshape(4, 2)
+    with pytest.raises(IndexError, match="dim 2 is out of range for a tensor with 2 dims"):
+        a.transpose(0, 2)
+    with pytest.raises(IndexError, match="dim 5"):
+        a.sum(dim=5)
+    with pytest.raises(ValueError, match=r"add: shapes \(2, 3\) and \(4, 5\) cannot be broadcast"):
+        a + b
+    with pytest.raises(ValueError, match="cat: shapes"):
+        ta.cat([a, b], 0)
+    with pytest.raises(IndexError, match=r"shape \(2, 3\)"):
+        a[5]
+
+
+def test_custom_function_uses_the_same_pattern():
+    class Cube(ta.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x**3
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return 3 * x**2 * grad
+
+    x = ta.Tensor(np.array([1.0, -2.0]), requires_grad=True)
+    Cube.apply(x).sum().backward()
+    np.testing.assert_allclose(x.grad.data, [3.0, 12.0])
+    assert ta.gradcheck(lambda t: Cube.apply(t), [ta.Tensor(np.array([0.3, -1.2]), requires_grad=True)])

@@ -1,0 +1,144 @@
+"""Each numba kernel against its plain-numpy reference, and its backward against finite differences.
+
+Marked `kernels`: CI runs these again with NUMBA_DISABLE_JIT=1, so the Python
+fallback of every kernel is checked too.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tinygrad_attn as ta
+from tinygrad_attn import functional as F
+from tinygrad_attn.kernels import attention
+from tinygrad_attn.kernels.cross_entropy import cross_entropy_forward, cross_entropy_reference
+from tinygrad_attn.kernels.gelu import gelu_forward, gelu_reference
+from tinygrad_attn.kernels.layernorm import layer_norm_forward, layer_norm_reference
+from tinygrad_attn.kernels.softmax import softmax_forward, softmax_reference
+
+pytestmark = pytest.mark.kernels
+DTYPES = [np.float32, np.float64]
+
+
+def tol(dtype):
+    return {"rtol": 2e-5, "atol": 2e-6} if dtype == np.float32 else {"rtol": 1e-11, "atol": 1e-12}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("log", [False, True])
+@given(rows=st.integers(1, 6), n=st.integers(1, 9), seed=st.integers(0, 2**16), masked=st.booleans())
+def test_softmax_kernel_matches_reference(dtype, log, rows, n, seed, masked):
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=(rows, n)) * 5).astype(dtype)
+    keep = rng.random((rows, n)) > 0.4 if masked else None
+    if masked:
+        keep[0] = False  # a fully masked row
+    y, lse = softmax_forward(x, np.zeros((0, 0), bool) if keep is None else keep, log)
+    np.testing.assert_allclose(y, softmax_reference(x, keep, log), **tol(dtype))
+    assert y.dtype == dtype and not np.isnan(y).any()
+    if masked:
+        assert np.all(y[0] == 0) and lse[0] == -np.inf
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(rows=st.integers(1, 6), n=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_layer_norm_kernel_matches_reference(dtype, rows, n, seed):
+    rng = np.random.default_rng(seed)
+    x, w, b = (rng.normal(size=s).astype(dtype) for s in ((rows, n), (n,), (n,)))
+    y, mean, rstd = layer_norm_forward(x, w, b, 1e-5)
+    np.testing.assert_allclose(y, layer_norm_reference(x, w, b, 1e-5), **tol(dtype))
+    np.testing.assert_allclose(mean, x.mean(-1), **tol(dtype))
+    np.testing.assert_allclose(rstd, 1 / np.sqrt(x.var(-1) + 1e-5), rtol=1e-4 if dtype == np.float32 else 1e-10)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(rows=st.integers(1, 6), classes=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_cross_entropy_kernel_matches_reference(dtype, rows, classes, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=(rows, classes)) * 4).astype(dtype)
+    target = rng.integers(0, classes, rows)
+    target[rng.random(rows) < 0.3] = -100
+    loss, _ = cross_entropy_forward(x, target, -100)
+    np.testing.assert_allclose(loss, cross_entropy_reference(x, target, -100), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gelu_kernel_matches_reference(dtype):
+    x = np.linspace(-6, 6, 101).astype(dtype)
+    np.testing.assert_allclose(gelu_forward(x), gelu_reference(x), **tol(dtype))
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Tiles of 4 queries x 3 keys, so short sequences cross many tile borders."""
+    monkeypatch.setattr(attention, "BLOCK_Q", 4)
+    monkeypatch.setattr(attention, "BLOCK_K", 3)
+
+
+def _random_mask(rng, kind, lead, tq, tk, dtype):
+    if kind == "none":
+        return None
+    keep = rng.random((lead[0], 1, tq, tk)) > 0.3
+    keep[0, 0, min(1, tq - 1)] = False  # a fully masked query row
+    if kind == "bool":
+        return keep
+    return np.where(keep, rng.normal(size=keep.shape), -np.inf).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["none", "bool", "float"])
+@given(tq=st.integers(1, 11), tk=st.integers(1, 11), causal=st.booleans(), seed=st.integers(0, 2**16))
+def test_flash_attention_matches_dense_reference(small_blocks, dtype, kind, tq, tk, causal, seed):
+    rng = np.random.default_rng(seed)
+    lead = (2, 3)
+    q, k, v = (rng.normal(size=lead + (t, 4)).astype(dtype) for t in (tq, tk, tk))
+    mask = _random_mask(rng, kind, lead, tq, tk, dtype)
+    bias = None if mask is None else np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask
+    expected = attention.attention_reference(q, k, v, 0.5, causal, bias)
+    out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), mask=mask,
+                                         is_causal=causal, scale=0.5)
+    assert out.dtype == dtype and not np.isnan(out.data).any()
+    np.testing.assert_allclose(out.data, expected, **tol(dtype))
+
+
+@pytest.mark.parametrize("kind", ["none", "bool", "float"])
+@given(tq=st.integers(1, 9), tk=st.integers(1, 9), causal=st.booleans(), seed=st.integers(0, 2**16))
+def test_flash_attention_backward_gradcheck(small_blocks, kind, tq, tk, causal, seed):
+    rng = np.random.default_rng(seed)
+    lead = (2, 1)
+    q, k, v = (ta.Tensor(rng.normal(size=lead + (t, 3)), requires_grad=True) for t in (tq, tk, tk))
+    mask = _random_mask(rng, kind, lead, tq, tk, np.float64)
+    attend = lambda q_, k_, v_: F.scaled_dot_product_attention(q_, k_, v_, mask=mask, is_causal=causal)  # noqa: E731
+    assert ta.gradcheck(attend, [q, k, v])
+
+
+@given(t=st.integers(1, 12), seed=st.integers(0, 2**16))
+def test_flash_and_weights_paths_agree_on_gradients_in_float32(small_blocks, t, seed):
+    rng = np.random.default_rng(seed)
+    arrays = [rng.normal(size=(2, 2, t, 4)).astype(np.float32) for _ in range(3)]
+    grads = []
+    for weights in (False, True):
+        q, k, v = (ta.Tensor(a, requires_grad=True) for a in arrays)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=weights)
+        (out[0] if weights else out).sum().backward()
+        grads.append([x.grad.data for x in (q, k, v)])
+    for flash_grad, dense_grad in zip(*grads):
+        np.testing.assert_allclose(flash_grad, dense_grad, rtol=1e-4, atol=1e-5)
+
+
+def test_flash_attention_keeps_memory_per_tile():
+    """At T = 2048 a T x T float64 matrix would be 32 MiB per head; the tiles stay far smaller."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    q, k, v = (ta.Tensor(rng.normal(size=(1, 1, 2048, 8)), requires_grad=True) for _ in range(3))
+    tracemalloc.start()
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out.sum().backward()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 2048 * 2048 * 8 / 4, f"peak {peak / 2**20:.1f} MiB"
+    assert math.isfinite(float(q.grad.data.sum()))
