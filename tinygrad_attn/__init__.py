@@ -8,11 +8,12 @@
     x.grad                                  # d p_2 / d x
 """
 
-from . import functional
+from . import functional, interop, nn
 from .gradcheck import GradcheckError, gradcheck
 from .masks import causal_mask, padding_mask
 from .ops import cat, stack, where
 from .rng import manual_seed
+from .serialization import load, save
 from .tensor import Context, Function, Tensor, is_grad_enabled, no_grad
 
 __version__ = "0.1.0"
@@ -26,10 +27,14 @@ __all__ = [
     "causal_mask",
     "functional",
     "gradcheck",
+    "interop",
     "is_grad_enabled",
+    "load",
     "manual_seed",
+    "nn",
     "no_grad",
     "padding_mask",
+    "save",
     "stack",
     "where",
 ]

@@ -1,0 +1,44 @@
+"""Layers with PyTorch's conventions: Module, Linear, LayerNorm, Embedding, MultiHeadAttention, Transformer blocks."""
+
+from .attention import MultiHeadAttention
+from .layers import (
+    GELU,
+    Dropout,
+    Embedding,
+    LayerNorm,
+    LearnedPositionalEncoding,
+    Linear,
+    PositionalEncoding,
+    ReLU,
+    sinusoidal_table,
+)
+from .module import Module, ModuleList, Parameter, Sequential
+from .transformer import (
+    CausalLM,
+    FeedForward,
+    Seq2SeqTransformer,
+    TransformerDecoderLayer,
+    TransformerEncoderLayer,
+)
+
+__all__ = [
+    "GELU",
+    "CausalLM",
+    "Dropout",
+    "Embedding",
+    "FeedForward",
+    "LayerNorm",
+    "LearnedPositionalEncoding",
+    "Linear",
+    "Module",
+    "ModuleList",
+    "MultiHeadAttention",
+    "Parameter",
+    "PositionalEncoding",
+    "ReLU",
+    "Seq2SeqTransformer",
+    "Sequential",
+    "TransformerDecoderLayer",
+    "TransformerEncoderLayer",
+    "sinusoidal_table",
+]

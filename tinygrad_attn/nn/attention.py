@@ -1,0 +1,115 @@
+"""MultiHeadAttention with PyTorch's maths: project, split heads, attend, merge heads, project.
+
+Shapes: B batch, Tq query length, Tk key length, E embed_dim, H heads,
+d = E / H the head size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import functional as F
+from ..tensor import Tensor
+from .layers import Linear
+from .module import Module
+
+
+class MultiHeadAttention(Module):
+    """Multi-head attention over batch-first inputs (B, T, E), or unbatched (T, E).
+
+    Submodules q_proj, k_proj, v_proj, out_proj are Linear layers; k_proj and
+    v_proj take kdim and vdim inputs. `forward` returns (output, weights): the
+    weights per head (B, H, Tq, Tk), averaged over heads when asked, or None
+    with need_weights=False, which runs the fused flash-attention kernel.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        kdim: int | None = None,
+        vdim: int | None = None,
+    ):
+        if num_heads <= 0 or embed_dim % num_heads:
+            raise ValueError(
+                f"MultiHeadAttention: embed_dim {embed_dim} is not divisible by num_heads {num_heads}"
+            )
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.kdim, self.vdim, self.dropout = kdim or embed_dim, vdim or embed_dim, dropout
+        self.q_proj = Linear(embed_dim, embed_dim, bias)
+        self.k_proj = Linear(self.kdim, embed_dim, bias)
+        self.v_proj = Linear(self.vdim, embed_dim, bias)
+        self.out_proj = Linear(embed_dim, embed_dim, bias)
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.reshape(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # (B, T, E) -> (B, H, T, d)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
+        mask: Any = None,
+        is_causal: bool = False,
+        need_weights: bool = True,
+        average_attn_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        key = query if key is None else key
+        value = key if value is None else value
+        unbatched = query.ndim == 2
+        if unbatched:
+            query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+        self._check_inputs(query, key, value)
+        b, tq, e = query.shape
+        tk = key.shape[1]
+        if mask is not None:
+            mask = self._check_mask(mask, (b, self.num_heads, tq, tk))
+
+        q = self._split_heads(self.q_proj(query))  # (B, H, Tq, d)
+        k = self._split_heads(self.k_proj(key))  # (B, H, Tk, d)
+        v = self._split_heads(self.v_proj(value))  # (B, H, Tk, d)
+        dropout_p = self.dropout if self.training else 0.0
+        attended = F.scaled_dot_product_attention(
+            q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p, return_weights=need_weights
+        )  # softmax(q k^T / sqrt(d)) v: (B, H, Tq, d), weights (B, H, Tq, Tk)
+        out, weights = attended if need_weights else (attended, None)
+        out = out.transpose(1, 2).reshape(b, tq, e)  # merge heads: (B, H, Tq, d) -> (B, Tq, E)
+        out = self.out_proj(out)  # (B, Tq, E)
+
+        if weights is not None and average_attn_weights:
+            weights = weights.mean(dim=1)  # (B, Tq, Tk)
+        if unbatched:
+            out = out.squeeze(0)
+            weights = None if weights is None else weights.squeeze(0)
+        return out, weights
+
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+        for name, t, width in (("query", query, self.embed_dim), ("key", key, self.kdim), ("value", value, self.vdim)):
+            if t.ndim != 3 or t.shape[-1] != width:
+                raise ValueError(f"MultiHeadAttention: {name} must be (B, T, {width}) or (T, {width}), got {t.shape}")
+        if not query.shape[0] == key.shape[0] == value.shape[0] or key.shape[1] != value.shape[1]:
+            raise ValueError(
+                f"MultiHeadAttention: batch sizes and key/value lengths disagree: query {query.shape}, "
+                f"key {key.shape}, value {value.shape}"
+            )
+
+    @staticmethod
+    def _check_mask(mask: Any, expected: tuple[int, ...]) -> np.ndarray:
+        array = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+        try:
+            fits = array.ndim <= 4 and np.broadcast_shapes(array.shape, expected) == expected
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"MultiHeadAttention: mask of shape {array.shape} does not broadcast to (B, H, Tq, Tk) = {expected}"
+            )
+        return array
+
+    def extra_repr(self) -> str:
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"

@@ -1,0 +1,160 @@
+"""The basic layers: Linear, LayerNorm, Embedding, Dropout, activations and positional encodings.
+
+Initialisation follows PyTorch's defaults and draws from the framework's
+generator, so `manual_seed` makes a model reproducible.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import functional as F
+from .. import rng
+from ..tensor import Function, Tensor
+from .module import Module, Parameter
+
+
+def _uniform(bound: float, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.generator().uniform(-bound, bound, shape).astype(np.float32)
+
+
+class Linear(Module):
+    """y = x W^T + b, W of shape (out_features, in_features), both ~ U(-1/sqrt(in), 1/sqrt(in))."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
+        self.weight = Parameter(_uniform(bound, (out_features, in_features)))
+        self.bias = Parameter(_uniform(bound, (out_features,))) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[-1:] != (self.in_features,):
+            raise ValueError(f"Linear: input of shape {x.shape} needs last dim {self.in_features}")
+        y = x @ self.weight.T  # (..., in) @ (in, out) -> (..., out)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class LayerNorm(Module):
+    """Normalise the trailing `normalized_shape` dims to mean 0, variance 1, then scale and shift."""
+
+    def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True):
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps = eps
+        self.weight = Parameter(np.ones(self.normalized_shape, np.float32)) if elementwise_affine else None
+        self.bias = Parameter(np.zeros(self.normalized_shape, np.float32)) if elementwise_affine else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}"
+
+
+class EmbeddingLookup(Function):
+    """Rows of `weight` picked by integer `indices`: gather forward, scatter-add backward."""
+
+    @staticmethod
+    def forward(ctx, weight, indices, padding_idx):
+        ctx.num_rows, ctx.indices, ctx.padding_idx = weight.shape[0], indices, padding_idx
+        return weight[indices]  # (*indices.shape, dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad_weight = np.zeros((ctx.num_rows, grad.shape[-1]), dtype=grad.dtype)
+        np.add.at(grad_weight, ctx.indices.reshape(-1), grad.reshape(-1, grad.shape[-1]))  # repeated tokens add up
+        if ctx.padding_idx is not None:
+            grad_weight[ctx.padding_idx] = 0  # the padding row never learns
+        return grad_weight
+
+
+class Embedding(Module):
+    """A lookup table of `num_embeddings` vectors, initialised N(0, 1); the padding row starts at zero."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None):
+        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        weight = rng.generator().standard_normal((num_embeddings, embedding_dim)).astype(np.float32)
+        if padding_idx is not None:
+            weight[padding_idx] = 0
+        self.weight = Parameter(weight)
+
+    def forward(self, indices: Any) -> Tensor:
+        indices = np.asarray(indices.data if isinstance(indices, Tensor) else indices)
+        if indices.dtype.kind not in "iu":
+            raise TypeError(f"Embedding: indices must be integers, got dtype {indices.dtype}")
+        if indices.size and (indices.min() < 0 or indices.max() >= self.num_embeddings):
+            raise IndexError(
+                f"Embedding: indices must lie in [0, {self.num_embeddings}), got values from "
+                f"{indices.min()} to {indices.max()}"
+            )
+        return EmbeddingLookup.apply(self.weight, indices=indices, padding_idx=self.padding_idx)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}"
+
+
+class Dropout(Module):
+    def __init__(self, p: float = 0.5):
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class GELU(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.gelu(x)
+
+
+class ReLU(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return x.relu()
+
+
+def sinusoidal_table(max_len: int, dim: int) -> np.ndarray:
+    """(max_len, dim): PE[pos, 2i] = sin(pos / 10000^(2i/dim)), PE[pos, 2i+1] = cos(same)."""
+    position = np.arange(max_len)[:, None]  # (T, 1)
+    frequency = np.exp(-math.log(10000.0) * np.arange(0, dim, 2) / dim)  # (ceil(dim/2),)
+    table = np.zeros((max_len, dim))
+    table[:, 0::2] = np.sin(position * frequency)
+    table[:, 1::2] = np.cos(position * frequency[: dim // 2])
+    return table
+
+
+class PositionalEncoding(Module):
+    """Adds the fixed sinusoidal encoding of each position to x (B, T, E)."""
+
+    def __init__(self, dim: int, max_len: int = 512):
+        self.dim, self.max_len = dim, max_len
+        self.table = sinusoidal_table(max_len, dim)  # a constant, not a parameter
+
+    def forward(self, x: Tensor) -> Tensor:
+        t = x.shape[-2]
+        if t > self.max_len:
+            raise ValueError(f"PositionalEncoding: sequence length {t} exceeds max_len {self.max_len}")
+        return x + Tensor(self.table[:t].astype(x.dtype))
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, max_len={self.max_len}"
+
+
+class LearnedPositionalEncoding(Module):
+    """Adds a learned vector per position to x (B, T, E)."""
+
+    def __init__(self, dim: int, max_len: int = 512):
+        self.max_len = max_len
+        self.embedding = Embedding(max_len, dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        t = x.shape[-2]
+        if t > self.max_len:
+            raise ValueError(f"LearnedPositionalEncoding: sequence length {t} exceeds max_len {self.max_len}")
+        return x + self.embedding(np.arange(t))
