@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import tinygrad_attn as ta
 from tinygrad_attn import functional as F
-from tinygrad_attn.kernels import attention
+from tinygrad_attn.kernels import attention, threads
 from tinygrad_attn.kernels.cross_entropy import cross_entropy_forward, cross_entropy_reference
 from tinygrad_attn.kernels.gelu import gelu_forward, gelu_reference
 from tinygrad_attn.kernels.layernorm import layer_norm_forward, layer_norm_reference
@@ -73,9 +73,12 @@ def test_gelu_kernel_matches_reference(dtype):
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    """Tiles of 4 queries x 3 keys, so short sequences cross many tile borders."""
+    """Tiles of 4 queries x 3 keys in chunks of 2 groups, so short sequences cross many tile borders,
+    with the groups shared among threads however small the work."""
+    monkeypatch.setattr(threads, "MIN_PARALLEL_WORK", 0)
     monkeypatch.setattr(attention, "BLOCK_Q", 4)
     monkeypatch.setattr(attention, "BLOCK_K", 3)
+    monkeypatch.setattr(attention, "TILE_BYTES", 2 * 4 * 3 * 8)
 
 
 def _random_mask(rng, kind, lead, tq, tk, dtype):

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import rng
-from .kernels.attention import flash_attention_backward, flash_attention_forward
+from .kernels.attention import flash_attention_backward, flash_attention_forward, group_bias
 from .kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from .kernels.gelu import gelu_backward, gelu_forward
 from .kernels.layernorm import layer_norm_backward_input, layer_norm_forward
@@ -227,8 +227,9 @@ class FlashAttention(Function):
     @staticmethod
     def forward(ctx, q, k, v, scale, causal, bias):
         lead = q.shape[:-2]
-        q3, k3, v3 = (np.ascontiguousarray(a.reshape((-1,) + a.shape[-2:])) for a in (q, k, v))
-        out, lse = flash_attention_forward(q3, k3, v3, scale, causal, bias, lead)
+        q3, k3, v3 = (np.ascontiguousarray(a.reshape((-1,) + a.shape[-2:])) for a in (q, k, v))  # (G, T, d)
+        bias = group_bias(bias, lead)
+        out, lse = flash_attention_forward(q3, k3, v3, scale, causal, bias)
         ctx.save_for_backward(q3, k3, v3, out, lse)
         ctx.scale, ctx.causal, ctx.bias, ctx.lead = scale, causal, bias, lead
         return out.reshape(lead + out.shape[1:])
@@ -237,9 +238,8 @@ class FlashAttention(Function):
     def backward(ctx, grad):
         q3, k3, v3, out, lse = ctx.saved_tensors
         g3 = np.ascontiguousarray(grad.reshape(out.shape))
-        dq, dk, dv = flash_attention_backward(g3, q3, k3, v3, out, lse, ctx.scale, ctx.causal, ctx.bias, ctx.lead)
-        shape = ctx.lead + q3.shape[1:], ctx.lead + k3.shape[1:], ctx.lead + v3.shape[1:]
-        return dq.reshape(shape[0]), dk.reshape(shape[1]), dv.reshape(shape[2])
+        dq, dk, dv = flash_attention_backward(g3, q3, k3, v3, out, lse, ctx.scale, ctx.causal, ctx.bias)
+        return tuple(d.reshape(ctx.lead + d.shape[1:]) for d in (dq, dk, dv))
 
 
 def _attention_mask(mask: Any, shape: tuple[int, ...]) -> np.ndarray | None:

@@ -295,11 +295,16 @@ class MatMul(Function):
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
+        if a.ndim > 2 and b.ndim == 2:  # (..., n, k) @ (k, m): one GEMM over all rows
+            return (a.reshape(-1, a.shape[-1]) @ b).reshape(a.shape[:-1] + b.shape[-1:])
         return a @ b
 
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
+        if a.ndim > 2 and b.ndim == 2:  # a Linear layer's case: rows of a and grad folded together
+            a_rows, g_rows = a.reshape(-1, a.shape[-1]), grad.reshape(-1, grad.shape[-1])  # (N, k), (N, m)
+            return (g_rows @ b.T).reshape(a.shape), a_rows.T @ g_rows  # dA = dC B^T, dB = A^T dC
         a2 = a[None, :] if a.ndim == 1 else a  # (..., n, k)
         b2 = b[:, None] if b.ndim == 1 else b  # (..., k, m)
         g2 = grad

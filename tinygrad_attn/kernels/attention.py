@@ -4,8 +4,10 @@ Shapes: q (G, Tq, d), k (G, Tk, d), v (G, Tk, dv), G = batch x heads.
 The queries are cut into blocks of BLOCK_Q rows and the keys into blocks of
 BLOCK_K columns. For one query block, each key tile gives scores
 S = (q * scale) k^T of shape (G, bq, bk), on numpy's BLAS; the numba kernel
-`online_softmax_step` then folds the tile into a running row max m, running
-sum l and running output acc (the online softmax):
+`shift_by_running_max` masks the tile and subtracts the new
+running max, numpy's SIMD exp turns it into probabilities, and the tile is
+folded into a running row max m, running sum l and running output acc (the
+online softmax):
 
     m' = max(m, max_j S_j),   P_j = exp(S_j - m'),   alpha = exp(m - m')
     l' = l * alpha + sum_j P_j,   acc' = acc * alpha + P V_tile
@@ -20,76 +22,85 @@ Backward (FlashAttention-2 style), recomputing P from the saved lse:
     dQ += dS K * scale,  dK += dS^T (Q * scale)
 
 A row with nothing to attend to has l = 0: its output, lse (-inf) and
-gradients are zeros.
+gradients are zeros. The (batch x head) groups are independent: they are
+split among threads by `threads.run_over_groups`, and each thread walks its
+groups in chunks whose tile stays in cache (TILE_BYTES).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-BLOCK_Q = 256
-BLOCK_K = 512
+from .threads import run_over_groups
+
+BLOCK_Q = 128
+BLOCK_K = 256
+
+# Reassociation lets LLVM vectorise the loops; the full fastmath set would assume no infinities,
+# and -inf is how a masked score is written here.
+_FAST = {"reassoc", "contract", "arcp", "nsz"}
 
 
-@njit(cache=True, parallel=True)
-def online_softmax_step(scores, row_max, row_sum, acc, q_start, k_start, causal):
-    """Fold one score tile into the running softmax, in place.
+@njit(cache=True, nogil=True, fastmath=_FAST)
+def shift_by_running_max(scores, row_max, alpha, q_start, k_start, causal):
+    """One tile's share of the online softmax, before the exponential; in place.
 
-    scores (G, bq, bk) becomes the tile's unnormalised probabilities
-    exp(S - new max); row_max, row_sum (G, bq) are updated and acc (G, bq, dv)
-    is rescaled to the new max. With `causal`, key k_start + j is masked for
-    query q_start + i when j > i + q_start - k_start.
+    scores (G, bq, bk): masks keys above the diagonal (key k_start + j is
+    hidden from query q_start + i when j > i + q_start - k_start) and
+    subtracts each row's new running max m' = max(m, max_j S_j).
+    row_max (G, bq) becomes m'; alpha (G, bq) receives exp(m - m'), the factor
+    that rescales what was accumulated under the old max.
     """
     groups, bq, bk = scores.shape
-    for g in prange(groups):
+    for g in range(groups):
         for i in range(bq):
-            limit = min(bk, q_start + i - k_start + 1) if causal else bk
+            limit = max(min(bk, q_start + i - k_start + 1), 0) if causal else bk
             m_old = row_max[g, i]
             m = m_old
-            for j in range(bk):
-                if j >= limit:
-                    scores[g, i, j] = -np.inf
-                elif scores[g, i, j] > m:
-                    m = scores[g, i, j]
-            if m == -np.inf:  # nothing to attend to yet
-                scores[g, i, :] = 0.0
-                continue
-            total = 0.0
-            for j in range(bk):
-                p = np.exp(scores[g, i, j] - m)
-                scores[g, i, j] = p
-                total += p
-            alpha = np.exp(m_old - m)
-            row_sum[g, i] = row_sum[g, i] * alpha + total
+            for j in range(limit):
+                m = max(m, scores[g, i, j])
+            shift = m if m > -np.inf else 0.0  # a row with nothing to attend to stays all -inf
+            for j in range(limit):
+                scores[g, i, j] -= shift
+            for j in range(limit, bk):
+                scores[g, i, j] = -np.inf
+            alpha[g, i] = np.exp(m_old - m) if m_old > -np.inf else 0.0
             row_max[g, i] = m
-            if alpha != 1.0:
-                acc[g, i, :] *= alpha
 
 
-@njit(cache=True, parallel=True)
-def recompute_probabilities(scores, lse, q_start, k_start, causal):
-    """scores (G, bq, bk) -> P = exp(S - lse) in place; 0 where masked or the row is dead."""
+@njit(cache=True, nogil=True, fastmath=_FAST)
+def shift_by_lse(scores, lse, q_start, k_start, causal):
+    """scores (G, bq, bk) -> S - lse in place (exp of it is P); -inf where masked or the row is dead."""
     groups, bq, bk = scores.shape
-    for g in prange(groups):
+    for g in range(groups):
         for i in range(bq):
-            limit = min(bk, q_start + i - k_start + 1) if causal else bk
-            row_lse = lse[g, i]
-            for j in range(bk):
-                if j >= limit or row_lse == -np.inf:
-                    scores[g, i, j] = 0.0
-                else:
-                    scores[g, i, j] = np.exp(scores[g, i, j] - row_lse)
+            limit = max(min(bk, q_start + i - k_start + 1), 0) if causal else bk
+            if lse[g, i] == -np.inf:
+                limit = 0
+            for j in range(limit):
+                scores[g, i, j] -= lse[g, i]
+            for j in range(limit, bk):
+                scores[g, i, j] = -np.inf
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True, fastmath=_FAST)
 def score_gradient(probs, grad_probs, delta):
     """grad_probs (G, bq, bk) -> dS = P * (dP - delta) in place, the softmax backward of a tile."""
     groups, bq, bk = probs.shape
-    for g in prange(groups):
+    for g in range(groups):
         for i in range(bq):
             for j in range(bk):
                 grad_probs[g, i, j] = probs[g, i, j] * (grad_probs[g, i, j] - delta[g, i])
+
+
+TILE_BYTES = 1 << 20  # a chunk of groups' score tile is kept around this size, so it stays in cache
+
+
+def _group_chunks(groups: slice, tile_bytes_per_group: int):
+    size = max(1, TILE_BYTES // max(tile_bytes_per_group, 1))
+    for g0 in range(groups.start, groups.stop, size):
+        yield slice(g0, min(g0 + size, groups.stop))
 
 
 def _query_blocks(tq: int):
@@ -105,54 +116,98 @@ def _key_tiles(rows: slice, tk: int, causal: bool):
         yield slice(c0, c1), causal and c1 - 1 > rows.start
 
 
-def _add_bias(scores: np.ndarray, bias: np.ndarray | None, lead: tuple, rows: slice, cols: slice) -> None:
-    """scores (G, bq, bk) += the additive mask's tile; bias broadcasts against (*lead, Tq, Tk)."""
+def group_bias(bias: np.ndarray | None, lead: tuple[int, ...]) -> np.ndarray | None:
+    """An additive mask broadcastable to (*lead, Tq, Tk) as (1 or G, Tq or 1, Tk or 1).
+
+    Only the mask's own leading dims are broadcast out (a padding mask
+    (B, 1, 1, Tk) becomes (B*H, 1, Tk)); its last two dims are never expanded.
+    """
     if bias is None:
-        return
-    tile = bias[..., rows if bias.shape[-2] > 1 else slice(None), cols if bias.shape[-1] > 1 else slice(None)]
-    scores.reshape(lead + scores.shape[1:])[...] += tile
+        return None
+    bias = bias.reshape((1,) * (len(lead) + 2 - bias.ndim) + bias.shape)
+    if all(n == 1 for n in bias.shape[:-2]):
+        return bias.reshape((1,) + bias.shape[-2:])
+    return np.broadcast_to(bias, lead + bias.shape[-2:]).reshape((-1,) + bias.shape[-2:])
 
 
-def flash_attention_forward(q, k, v, scale, causal, bias, lead):
-    """Returns out (G, Tq, dv) and lse (G, Tq). `bias` is an additive mask or None."""
-    groups, tq, _ = q.shape
+def _bias_tile(bias: np.ndarray | None, groups: slice, rows: slice, cols: slice):
+    if bias is None:
+        return None
+    return bias[
+        groups if bias.shape[0] > 1 else slice(None),
+        rows if bias.shape[1] > 1 else slice(None),
+        cols if bias.shape[2] > 1 else slice(None),
+    ]
+
+
+def _scores(q_scaled, k, bias, groups, rows, cols):
+    """S = (q * scale) k^T (+ mask) for one tile: (g, bq, bk), on BLAS."""
+    scores = q_scaled[groups, rows] @ k[groups, cols].transpose(0, 2, 1)
+    tile = _bias_tile(bias, groups, rows, cols)
+    if tile is not None:
+        scores += tile
+    return scores
+
+
+def _tile_bytes(q: np.ndarray, k: np.ndarray) -> int:
+    return min(BLOCK_Q, q.shape[1]) * min(BLOCK_K, k.shape[1]) * q.itemsize
+
+
+def flash_attention_forward(q, k, v, scale, causal, bias):
+    """Returns out (G, Tq, dv) and lse (G, Tq). `bias` is an additive mask from `group_bias`, or None."""
+    n_groups, tq, _ = q.shape
     q_scaled = q * q.dtype.type(scale)
-    out = np.zeros((groups, tq, v.shape[2]), dtype=q.dtype)
-    lse = np.full((groups, tq), -np.inf, dtype=q.dtype)
-    for rows in _query_blocks(tq):
-        bq = rows.stop - rows.start
-        row_max = np.full((groups, bq), -np.inf, dtype=q.dtype)
-        row_sum = np.zeros((groups, bq), dtype=q.dtype)
-        acc = np.zeros((groups, bq, v.shape[2]), dtype=q.dtype)
-        for cols, crosses in _key_tiles(rows, k.shape[1], causal):
-            scores = q_scaled[:, rows] @ k[:, cols].transpose(0, 2, 1)  # (G, bq, bk)
-            _add_bias(scores, bias, lead, rows, cols)
-            online_softmax_step(scores, row_max, row_sum, acc, rows.start, cols.start, crosses)
-            acc += scores @ v[:, cols]  # (G, bq, dv)
-        live = row_sum > 0
-        out[:, rows] = acc / np.where(live, row_sum, 1)[..., None]
-        lse[:, rows] = np.where(live, row_max + np.log(np.where(live, row_sum, 1)), -np.inf)
+    out = np.empty((n_groups, tq, v.shape[2]), dtype=q.dtype)
+    lse = np.empty((n_groups, tq), dtype=q.dtype)
+
+    def forward_share(share: slice) -> None:  # one thread's groups, chunk by chunk, tile by tile
+        for groups in _group_chunks(share, _tile_bytes(q, k)):
+            g = groups.stop - groups.start
+            for rows in _query_blocks(tq):
+                bq = rows.stop - rows.start
+                row_max = np.full((g, bq), -np.inf, dtype=q.dtype)
+                row_sum = np.zeros((g, bq), dtype=q.dtype)
+                acc = np.zeros((g, bq, v.shape[2]), dtype=q.dtype)
+                alpha = np.empty((g, bq), dtype=q.dtype)
+                for cols, crosses in _key_tiles(rows, k.shape[1], causal):
+                    scores = _scores(q_scaled, k, bias, groups, rows, cols)  # (g, bq, bk)
+                    shift_by_running_max(scores, row_max, alpha, rows.start, cols.start, crosses)
+                    probs = np.exp(scores, out=scores)  # P = exp(S - m'), numpy's SIMD exp
+                    row_sum *= alpha
+                    row_sum += probs.sum(axis=-1)
+                    acc *= alpha[..., None]
+                    acc += probs @ v[groups, cols]  # (g, bq, dv)
+                live = row_sum > 0
+                out[groups, rows] = acc / np.where(live, row_sum, 1)[..., None]
+                lse[groups, rows] = np.where(live, row_max + np.log(np.where(live, row_sum, 1)), -np.inf)
+
+    run_over_groups(forward_share, n_groups, n_groups * tq * k.shape[1])
     return out, lse
 
 
-def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, lead):
+def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias):
     """Returns dq, dk, dv for the forward above."""
     q_scaled = q * q.dtype.type(scale)
     delta = (grad_out * out).sum(axis=-1)  # (G, Tq)
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
-    for rows in _query_blocks(q.shape[1]):
-        grad_o = grad_out[:, rows]
-        row_lse, row_delta = np.ascontiguousarray(lse[:, rows]), np.ascontiguousarray(delta[:, rows])
-        for cols, crosses in _key_tiles(rows, k.shape[1], causal):
-            scores = q_scaled[:, rows] @ k[:, cols].transpose(0, 2, 1)  # (G, bq, bk)
-            _add_bias(scores, bias, lead, rows, cols)
-            recompute_probabilities(scores, row_lse, rows.start, cols.start, crosses)
-            probs = scores
-            dv[:, cols] += probs.transpose(0, 2, 1) @ grad_o  # (G, bk, dv)
-            grad_scores = grad_o @ v[:, cols].transpose(0, 2, 1)  # dP (G, bq, bk)
-            score_gradient(probs, grad_scores, row_delta)
-            dq[:, rows] += grad_scores @ k[:, cols]  # (G, bq, d)
-            dk[:, cols] += grad_scores.transpose(0, 2, 1) @ q_scaled[:, rows]  # (G, bk, d)
+
+    def backward_share(share: slice) -> None:
+        for groups in _group_chunks(share, _tile_bytes(q, k)):
+            for rows in _query_blocks(q.shape[1]):
+                grad_o = grad_out[groups, rows]  # (g, bq, dv)
+                row_lse = np.ascontiguousarray(lse[groups, rows])
+                row_delta = np.ascontiguousarray(delta[groups, rows])
+                for cols, crosses in _key_tiles(rows, k.shape[1], causal):
+                    scores = _scores(q_scaled, k, bias, groups, rows, cols)  # (g, bq, bk)
+                    shift_by_lse(scores, row_lse, rows.start, cols.start, crosses)
+                    probs = np.exp(scores, out=scores)  # P = exp(S - lse), recomputed instead of stored
+                    dv[groups, cols] += probs.transpose(0, 2, 1) @ grad_o  # dV += P^T dO: (g, bk, dv)
+                    grad_scores = grad_o @ v[groups, cols].transpose(0, 2, 1)  # dP = dO V^T: (g, bq, bk)
+                    score_gradient(probs, grad_scores, row_delta)  # dS = P (dP - delta)
+                    dq[groups, rows] += grad_scores @ k[groups, cols]  # (g, bq, d)
+                    dk[groups, cols] += grad_scores.transpose(0, 2, 1) @ q_scaled[groups, rows]  # (g, bk, d)
+
+    run_over_groups(backward_share, q.shape[0], q.shape[0] * q.shape[1] * k.shape[1])
     dq *= q.dtype.type(scale)
     return dq, dk, dv
 

@@ -1,0 +1,71 @@
+"""Run independent (batch x head) groups of the attention core on several threads.
+
+The attention tiles are small matrix products (d is 16 to 64), which OpenBLAS
+runs on one core, interleaved with numpy's single-threaded SIMD exp. So the
+core is parallelised one level up: the groups are split among a pool of
+`numba.get_num_threads()` threads (NUMBA_NUM_THREADS), each running its share
+with single-threaded BLAS and `nogil` numba kernels. numpy, BLAS and those
+kernels release the GIL, so the threads really run at once.
+
+Each worker asks OpenBLAS for one thread for itself only
+(`openblas_set_num_threads_local`, OpenBLAS >= 0.3.27), so the big
+projections on the main thread keep every BLAS thread. When that call is not
+available (another BLAS, an older OpenBLAS) the groups run on the calling
+thread: several threads each asking a multi-threaded BLAS for work only fight
+over the cores.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
+import numpy as np
+
+MIN_PARALLEL_WORK = 1 << 18  # score elements below which a thread hand-off costs more than it saves
+
+
+def _openblas_local_thread_setter() -> Callable[[int], int] | None:
+    """openblas_set_num_threads_local from the OpenBLAS numpy loaded, if it has one."""
+    folders = [os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs"), os.path.dirname(np.__file__)]
+    for folder in folders:
+        for path in glob.glob(os.path.join(folder, "*openblas*")):
+            try:
+                setter = ctypes.CDLL(path).openblas_set_num_threads_local
+            except (OSError, AttributeError):
+                continue
+            setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
+            return setter
+    return None
+
+
+_set_local_blas_threads = _openblas_local_thread_setter()
+_pool: ThreadPoolExecutor | None = None
+
+
+def _worker_init() -> None:
+    if _set_local_blas_threads is not None:
+        _set_local_blas_threads(1)
+
+
+def _get_pool(n_threads: int) -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None or _pool._max_workers != n_threads:
+        _pool = ThreadPoolExecutor(n_threads, thread_name_prefix="tinygrad_attn", initializer=_worker_init)
+    return _pool
+
+
+def run_over_groups(task: Callable[[slice], None], n_groups: int, work: int) -> None:
+    """Call task(groups) on contiguous shares of range(n_groups), in parallel when it pays."""
+    n_threads = min(numba.get_num_threads(), n_groups)
+    if n_threads <= 1 or work < MIN_PARALLEL_WORK or _set_local_blas_threads is None:
+        task(slice(0, n_groups))
+        return
+    bounds = np.linspace(0, n_groups, n_threads + 1).astype(int)
+    shares = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    for future in [_get_pool(n_threads).submit(task, share) for share in shares]:
+        future.result()  # re-raises a worker's exception here
