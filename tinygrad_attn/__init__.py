@@ -8,8 +8,10 @@
     x.grad                                  # d p_2 / d x
 """
 
-from . import functional, interop, nn
+from . import debug, functional, interop, nn, optim, tasks, viz
+from .debug import detect_anomaly, trace_backward
 from .gradcheck import GradcheckError, gradcheck
+from .kernels.threads import set_num_threads
 from .masks import causal_mask, padding_mask
 from .ops import cat, stack, where
 from .rng import manual_seed
@@ -24,6 +26,8 @@ __all__ = [
     "GradcheckError",
     "Tensor",
     "cat",
+    "debug",
+    "detect_anomaly",
     "causal_mask",
     "functional",
     "gradcheck",
@@ -33,8 +37,13 @@ __all__ = [
     "manual_seed",
     "nn",
     "no_grad",
+    "optim",
     "padding_mask",
     "save",
+    "set_num_threads",
     "stack",
+    "tasks",
+    "trace_backward",
+    "viz",
     "where",
 ]

@@ -29,21 +29,38 @@ import numpy as np
 MIN_PARALLEL_WORK = 1 << 18  # score elements below which a thread hand-off costs more than it saves
 
 
-def _openblas_local_thread_setter() -> Callable[[int], int] | None:
-    """openblas_set_num_threads_local from the OpenBLAS numpy loaded, if it has one."""
+def _openblas_function(names: tuple[str, ...]) -> Callable | None:
+    """The first of `names` exported by the OpenBLAS that numpy loaded, if any."""
     folders = [os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs"), os.path.dirname(np.__file__)]
     for folder in folders:
         for path in glob.glob(os.path.join(folder, "*openblas*")):
             try:
-                setter = ctypes.CDLL(path).openblas_set_num_threads_local
-            except (OSError, AttributeError):
+                library = ctypes.CDLL(path)
+            except OSError:
                 continue
-            setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
-            return setter
+            for name in names:
+                function = getattr(library, name, None)
+                if function is not None:
+                    function.argtypes = [ctypes.c_int]
+                    return function
     return None
 
 
-_set_local_blas_threads = _openblas_local_thread_setter()
+_set_local_blas_threads = _openblas_function(("openblas_set_num_threads_local",))
+_set_blas_threads = _openblas_function(
+    ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads")
+)
+
+
+def set_num_threads(n: int) -> None:
+    """Use n threads: numba's parallel loops, the attention thread pool, and OpenBLAS when it can be told."""
+    if not 1 <= n <= numba.config.NUMBA_NUM_THREADS:
+        raise ValueError(
+            f"threads must be between 1 and {numba.config.NUMBA_NUM_THREADS} (NUMBA_NUM_THREADS), got {n}"
+        )
+    numba.set_num_threads(n)
+    if _set_blas_threads is not None:
+        _set_blas_threads(n)
 _pool: ThreadPoolExecutor | None = None
 
 

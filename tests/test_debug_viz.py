@@ -1,0 +1,48 @@
+"""Seeing gradients flow: the DOT graph, the backward trace and anomaly detection."""
+
+import numpy as np
+import pytest
+
+import tinygrad_attn as ta
+from tinygrad_attn import functional as F
+from tinygrad_attn.viz import to_dot
+
+
+def small_graph():
+    x = ta.Tensor(np.array([[1.0, 2.0], [3.0, 4.0]]), requires_grad=True)
+    w = ta.Tensor(np.array([[0.5, 1.0, 0.0], [-0.5, 0.2, 0.3]]), requires_grad=True)
+    return x, w, (F.softmax(x @ w, dim=-1) * ta.Tensor(np.arange(6.0).reshape(2, 3))).sum()
+
+
+def test_to_dot_lists_ops_shapes_and_leaf_gradients():
+    x, w, loss = small_graph()
+    dot = to_dot(loss)
+    assert dot.startswith("digraph") and "MatMul" in dot and "Softmax" in dot and "(2, 3)" in dot
+    assert dot.count("->") == 5 and "grad norm" not in dot
+    loss.backward()
+    assert f"grad norm {np.linalg.norm(x.grad.data):.3g}" in to_dot(loss)
+
+
+def test_trace_backward_records_every_node_with_gradient_norms(capsys):
+    x, w, loss = small_graph()
+    with ta.trace_backward() as trace:
+        loss.backward()
+    ops = [row[0] for row in trace.rows]
+    assert ops == ["Sum", "Mul", "Softmax", "MatMul"]
+    matmul = trace.rows[-1]
+    assert matmul[3][0] == pytest.approx(np.linalg.norm(x.grad.data))
+    assert "Softmax" in capsys.readouterr().out
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the NaN and inf are made on purpose
+def test_detect_anomaly_names_the_op():
+    x = ta.Tensor(np.array([-1.0, 2.0]), requires_grad=True)
+    with ta.detect_anomaly(), pytest.raises(ta.debug.AnomalyError, match=r"Log forward .*\(2,\)"):
+        x.log()
+    y = ta.Tensor(np.array([0.0, 1.0]), requires_grad=True)
+    out = y.sqrt().sum()  # forward fine, d sqrt / dy = inf at 0
+    with ta.detect_anomaly(), pytest.raises(ta.debug.AnomalyError, match="Sqrt backward"):
+        out.backward()
+    mask = np.array([True, False])
+    with ta.detect_anomaly():  # -inf in masked log-probabilities is not an anomaly
+        F.log_softmax(ta.Tensor(np.array([1.0, 2.0]), requires_grad=True), mask=mask).sum()

@@ -1,0 +1,113 @@
+"""The trainer and the command line: outputs, exact resume, crash safety and clear errors."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import tinygrad_attn as ta
+from tinygrad_attn.cli import main
+from tinygrad_attn.train import TrainConfig, load_checkpoint, load_run, train
+
+
+def quick(tmp_path, name, **kw):
+    config = dict(task="copy", steps=6, batch_size=8, out=str(tmp_path / name), checkpoint_every=2,
+                  progress=False, plot=False)
+    config.update(kw)
+    return TrainConfig(**config)
+
+
+def test_train_writes_metrics_and_checkpoint(tmp_path):
+    metrics = train(quick(tmp_path, "run"))
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert saved == metrics and metrics["steps"] == 6
+    assert {"task", "steps", "seconds", "final_loss", "accuracy"} <= set(metrics)
+    parts = load_checkpoint(str(tmp_path / "run" / "checkpoint.npz"))
+    assert int(parts["trainer"]["step"]) == 6 and "layers.0.self_attn.q_proj.weight" in parts["model"]
+    assert "exp_avg.0" in parts["optimizer"]
+    task, model, _ = load_run(str(tmp_path / "run"))
+    assert task.name == "copy" and model.num_parameters() > 0
+
+
+def test_stopped_and_resumed_run_equals_uninterrupted_run(tmp_path):
+    whole = quick(tmp_path, "whole")
+    train(whole)
+    part = quick(tmp_path, "part", steps=3)
+    train(part)
+    train(quick(tmp_path, "part", resume=True))
+    a = load_checkpoint(str(tmp_path / "whole" / "checkpoint.npz"))
+    b = load_checkpoint(str(tmp_path / "part" / "checkpoint.npz"))
+    assert set(a["model"]) == set(b["model"])
+    for name in a["model"]:
+        assert np.array_equal(a["model"][name], b["model"][name]), name
+    for name in a["optimizer"]:
+        assert np.array_equal(a["optimizer"][name], b["optimizer"][name]), name
+
+
+def test_early_stop_at_target(tmp_path):
+    metrics = train(quick(tmp_path, "early", target=0.0))
+    assert metrics["steps"] < 6 and metrics["reached_target"]
+
+
+def test_killed_run_leaves_a_loadable_checkpoint(tmp_path):
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "tinygrad_attn", "train", "--task", "copy", "--steps", "100000",
+                             "--batch-size", "8", "--checkpoint-every", "1", "--out", str(out), "--no-progress",
+                             "--no-plot"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not (out / "checkpoint.npz").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # whatever the moment of the kill, the last complete checkpoint loads
+    assert int(load_checkpoint(str(out / "checkpoint.npz"))["trainer"]["step"]) >= 1
+
+
+def run_cli(args, capsys):
+    code = main(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_cli_tasks_and_attend(tmp_path, capsys):
+    code, out, _ = run_cli(["tasks"], capsys)
+    assert code == 0 and "reverse" in out and "translate" in out and "steps" in out
+    run = str(tmp_path / "cli")
+    code, out, _ = run_cli(["train", "--task", "reverse", "--steps", "2", "--batch-size", "4", "--out", run,
+                            "--no-progress"], capsys)
+    assert code == 0 and json.loads(out.splitlines()[0])["steps"] == 2
+    code, out, _ = run_cli(["attend", "--run", run, "--input", "3 1 4 1 5 9 2 6"], capsys)
+    assert code == 0 and len(out.splitlines()[0].split()) == 8
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--task", "nope"], "unknown task 'nope'"),
+    (["train", "--steps", "-3"], "--steps must be positive"),
+    (["train", "--lr", "0"], "--lr must be positive"),
+    (["train", "--resume", "--out", "/nonexistent/run"], "no checkpoint.npz"),
+    (["attend", "--run", "/nonexistent/run", "--input", "1"], "no checkpoint"),
+])
+def test_cli_bad_arguments_give_one_line_and_exit_2(args, message, capsys):
+    code, _, err = run_cli(args, capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_usage_errors_exit_2_in_one_line():
+    proc = subprocess.run([sys.executable, "-m", "tinygrad_attn", "train", "--steps", "abc"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--steps" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_save_checkpoint_names_cannot_clash(tmp_path):
+    train(quick(tmp_path, "names", steps=1))
+    keys = ta.load(str(tmp_path / "names" / "checkpoint.npz"))
+    model_keys = [k for k in keys if "/" not in k]
+    assert all("." in k for k in model_keys) and any(k.startswith("optimizer/") for k in keys)

@@ -1,0 +1,107 @@
+"""The `tinygrad-attn` command (also `python -m tinygrad_attn`): train, tasks, attend."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .tasks import TASKS
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit code 2, like every other bad argument here
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tinygrad-attn", description="Train and inspect small attention models on toy tasks.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    train = commands.add_parser("train", help="train a model on a toy task")
+    train.add_argument("--task", default="reverse", help=f"one of: {', '.join(TASKS)} (default: reverse)")
+    train.add_argument("--steps", type=int, help="at most this many steps (default: the task's)")
+    train.add_argument("--batch-size", type=int)
+    train.add_argument("--lr", type=float, help="peak learning rate (default: the task's)")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--out", help="run folder (default: runs/<task>)")
+    train.add_argument("--checkpoint-every", type=int, default=200, help="write checkpoint.npz every K steps")
+    train.add_argument("--resume", action="store_true", help="continue from the run folder's checkpoint")
+    train.add_argument("--threads", type=int, default=1,
+                       help="threads for numba and BLAS (default 1: toy models are too small for more to pay)")
+    train.add_argument("--target", type=float, help="stop at this held-out exact-match accuracy")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument("--no-plot", action="store_true", help="do not draw attention.png")
+
+    commands.add_parser("tasks", help="list the tasks and their defaults")
+
+    attend = commands.add_parser("attend", help="answer one input with a trained model and draw its attention")
+    attend.add_argument("--run", required=True, help="a run folder written by `train`")
+    attend.add_argument("--input", required=True, help='the prompt, e.g. "3 1 4 1 5 9 2 6"')
+    return parser
+
+
+def _train(args: argparse.Namespace) -> None:
+    from .kernels.threads import set_num_threads
+    from .train import TrainConfig, train
+
+    if args.task not in TASKS:
+        raise ValueError(f"unknown task {args.task!r}; choose one of: {', '.join(TASKS)}")
+    for name in ("steps", "batch_size", "checkpoint_every"):
+        value = getattr(args, name)
+        if value is not None and (value < 0 or (value == 0 and name != "steps")):
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    if args.lr is not None and args.lr <= 0:
+        raise ValueError(f"--lr must be positive, got {args.lr}")
+    out = args.out or os.path.join("runs", args.task)
+    if args.resume and not os.path.exists(os.path.join(out, "checkpoint.npz")):
+        raise ValueError(f"--resume: no checkpoint.npz in {out}")
+    if args.threads is not None:
+        set_num_threads(args.threads)
+    config = TrainConfig(task=args.task, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+                         out=out, checkpoint_every=args.checkpoint_every, resume=args.resume, target=args.target,
+                         progress=not args.no_progress, plot=not args.no_plot)
+    metrics = train(config)
+    print(json.dumps(metrics))
+    print(f"wrote {out}/checkpoint.npz, metrics.json" + (", attention.png" if not args.no_plot else ""))
+
+
+def _tasks() -> None:
+    for name, cls in TASKS.items():
+        d = cls.defaults
+        print(f"{name:<10} {cls.description}")
+        print(f"{'':<10} steps {d.steps}, batch {d.batch_size}, lr {d.lr}, d_model {d.d_model}, "
+              f"{d.nhead} heads, {d.num_layers} layers, target {d.target}" +
+              "".join(f", {k} {v}" for k, v in d.options.items()))
+
+
+def _attend(args: argparse.Namespace) -> None:
+    from .train import load_run
+    from .viz import plot_attention
+
+    task, model, _ = load_run(args.run)
+    answer, batch = task.answer(model, args.input)
+    print(answer)
+    path = plot_attention(task, model, batch, os.path.join(args.run, "attend.png"))
+    if path:
+        print(f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            _train(args)
+        elif args.command == "tasks":
+            _tasks()
+        else:
+            _attend(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"tinygrad-attn: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Pictures: attention heatmaps (matplotlib, optional) and the computation graph as Graphviz DOT."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from typing import Any
+
+import numpy as np
+
+from .tensor import Tensor
+
+_warned = False
+
+
+def _pyplot():
+    """matplotlib.pyplot on a file-only backend, or None (said once) when matplotlib is missing."""
+    global _warned
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        return plt
+    except ImportError:
+        if not _warned:
+            print("matplotlib is not installed (pip install matplotlib): attention pictures are skipped")
+            _warned = True
+        return None
+
+
+def attention_maps(task: Any, model: Any, batch: Any) -> dict[str, list[np.ndarray]]:
+    """Every layer's attention weights for the first example of `batch`: name -> [layer (H, Tq, Tk)]."""
+    _, attention = task.logits(model, batch, return_attention=True)
+    groups = attention if isinstance(attention, dict) else {"self-attention": attention}
+    return {name: [w.data[0] for w in layers] for name, layers in groups.items()}
+
+
+def plot_attention(task: Any, model: Any, batch: Any, path: str) -> str | None:
+    """A grid of heatmaps, one row per layer (and attention kind), one column per head; returns the path."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    maps = attention_maps(task, model, batch)
+    rows = [(name, i, w) for name, layers in maps.items() for i, w in enumerate(layers)]
+    heads = rows[0][2].shape[0]
+    fig, axes = plt.subplots(len(rows), heads, figsize=(2.6 * heads, 2.6 * len(rows)), squeeze=False)
+    for r, (name, layer, weights) in enumerate(rows):
+        for h in range(heads):
+            ax = axes[r][h]
+            ax.imshow(weights[h], cmap="viridis", vmin=0, vmax=1)
+            ax.set_title(f"{name} L{layer} H{h}", fontsize=8)
+            ax.set_xticks([])
+            ax.set_yticks([])
+    fig.suptitle(f"{task.name}: rows attend (query) to columns (key)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def heatmap_grid(weights: np.ndarray, path: str, title: str = "") -> str | None:
+    """Save (H, Tq, Tk) attention weights as one heatmap per head."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    heads = weights.shape[0]
+    fig, axes = plt.subplots(1, heads, figsize=(2.6 * heads, 2.8), squeeze=False)
+    for h in range(heads):
+        axes[0][h].imshow(weights[h], cmap="viridis", vmin=0, vmax=1)
+        axes[0][h].set_title(f"head {h}", fontsize=8)
+        axes[0][h].set_xticks([])
+        axes[0][h].set_yticks([])
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def to_dot(tensor: Tensor, render: str | None = None) -> str:
+    """The graph behind `tensor` as Graphviz DOT: one box per op with its output shape, leaves as ellipses
+    (with the gradient's norm once backward has run). With `render="graph.svg"` (or .png) the `dot` program,
+    when installed, also draws it."""
+    lines = ["digraph autograd {", "  rankdir=LR;", '  node [fontname="Helvetica", fontsize=10];']
+    seen: set[int] = set()
+    stack = [tensor]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node._ctx is None:
+            grad = "" if node.grad is None else f"\\ngrad norm {float(np.linalg.norm(node.grad.data)):.3g}"
+            lines.append(f'  n{id(node)} [shape=ellipse, label="leaf {node.shape}{grad}"];')
+            continue
+        lines.append(f'  n{id(node)} [shape=box, label="{node._ctx.function.__name__}\\n{node.shape}"];')
+        for parent in node._ctx.inputs:
+            if parent.requires_grad:
+                lines.append(f"  n{id(parent)} -> n{id(node)};")
+                stack.append(parent)
+    lines.append("}")
+    dot = "\n".join(lines)
+    if render and shutil.which("dot"):
+        fmt = os.path.splitext(render)[1].lstrip(".") or "svg"
+        subprocess.run(["dot", f"-T{fmt}", "-o", render], input=dot, text=True, check=True)
+    return dot
