@@ -145,3 +145,17 @@ def test_flash_attention_keeps_memory_per_tile():
     tracemalloc.stop()
     assert peak < 2048 * 2048 * 8 / 4, f"peak {peak / 2**20:.1f} MiB"
     assert math.isfinite(float(q.grad.data.sum()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_adam_kernel_matches_reference(dtype, decoupled):
+    from tinygrad_attn.kernels.adam import adam_reference, adam_update
+
+    rng = np.random.default_rng(0)
+    param, grad, m = (rng.normal(size=50).astype(dtype) for _ in range(3))
+    v = rng.random(50).astype(dtype)
+    expected = adam_reference(param, grad, m, v, 0.01, 0.9, 0.999, 1e-8, 3, 0.1, decoupled)
+    adam_update(param, grad, m, v, 0.01, 0.9, 0.999, 1e-8, 3, 0.1, decoupled)
+    for got, want in zip((param, m, v), expected):
+        np.testing.assert_allclose(got, want, **tol(dtype))

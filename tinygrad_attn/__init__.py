@@ -8,6 +8,7 @@
     x.grad                                  # d p_2 / d x
 """
 
+from . import runtime  # noqa: F401, I001  (process settings first: see runtime.py)
 from . import debug, functional, interop, nn, optim, tasks, viz
 from .debug import detect_anomaly, trace_backward
 from .gradcheck import GradcheckError, gradcheck

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from .kernels.adam import adam_update
 from .tensor import Tensor
 
 
@@ -84,7 +85,12 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam with bias correction; weight_decay adds weight_decay * p to the gradient (L2)."""
+    """Adam with bias correction; weight_decay adds weight_decay * p to the gradient (L2).
+
+    The update (kernels/adam.py, one fused loop per parameter):
+    m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2,
+    p -= lr * m_hat / (sqrt(v_hat) + eps) with m_hat = m / (1 - b1^t), v_hat = v / (1 - b2^t).
+    """
 
     state_names = ("exp_avg", "exp_avg_sq")
     decoupled = False
@@ -94,19 +100,13 @@ class Adam(Optimizer):
         self.betas, self.eps, self.weight_decay = betas, eps, weight_decay
 
     def update(self, i, param, grad):
-        beta1, beta2 = self.betas
-        if self.weight_decay and self.decoupled:
-            param *= 1 - self.lr * self.weight_decay  # AdamW: decay the weight itself
-        elif self.weight_decay:
-            grad = grad + self.weight_decay * param
         m, v = self.state["exp_avg"][i], self.state["exp_avg_sq"][i]
-        m *= beta1
-        m += (1 - beta1) * grad  # m = b1 m + (1 - b1) g
-        v *= beta2
-        v += (1 - beta2) * grad * grad  # v = b2 v + (1 - b2) g^2
-        m_hat = m / (1 - beta1**self.step_count)
-        v_hat = v / (1 - beta2**self.step_count)
-        param -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+        if not (param.flags.c_contiguous and grad.flags.c_contiguous):
+            grad = np.ascontiguousarray(grad)
+            if not param.flags.c_contiguous:
+                raise ValueError("Adam: parameters must be C-contiguous arrays")
+        adam_update(param.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1), self.lr, self.betas[0],
+                    self.betas[1], self.eps, self.step_count, self.weight_decay, self.decoupled)
 
 
 class AdamW(Adam):
@@ -121,7 +121,7 @@ class AdamW(Adam):
 def clip_grad_norm_(params: Iterable[Tensor], max_norm: float) -> float:
     """Scale all gradients so that their joint L2 norm is at most max_norm; returns the norm before clipping."""
     grads = [p.grad.data for p in params if p.grad is not None]
-    total = math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads))
+    total = math.sqrt(sum(float(np.dot(g.reshape(-1), g.reshape(-1))) for g in grads))
     scale = max_norm / (total + 1e-6)
     if scale < 1:
         for g in grads:

@@ -3,15 +3,12 @@
 Every kernel is a module-level `@njit(cache=True)` function, so the compiled
 code is cached on disk and reused by the next process. Matrix products are
 left to numpy's BLAS. Set NUMBA_NUM_THREADS to choose the thread count of the
-`prange` loops (default: all cores).
-
-Threads: numba's OpenMP layer spins while it waits for work by default, and
-so does OpenBLAS; when BLAS calls and parallel kernels alternate, as they do
-in attention, the two fight for the cores (measured: a 30x slowdown on 2
-cores). Unless the user chose otherwise, OpenMP is asked to wait passively.
-This must happen before numba first starts its thread pool, hence here.
+`prange` loops and of the attention thread pool (default: all cores).
 """
 
-import os
+from .. import runtime  # noqa: F401  (OpenMP must wait passively before numba starts its threads)
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Reassociation and contraction let LLVM vectorise reductions (layer norm: 150 -> 40 us on 1024 x 64).
+# The full fastmath set would also assume no NaN and no infinity, but -inf is how a masked score is
+# written here, and a NaN must reach the output so that it is seen.
+SAFE_FASTMATH = {"reassoc", "contract", "arcp", "nsz"}

@@ -12,8 +12,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from . import SAFE_FASTMATH
 
-@njit(cache=True, parallel=True)
+
+@njit(cache=True, parallel=True, fastmath=SAFE_FASTMATH)
 def cross_entropy_forward(x, target, ignore_index):
     """Returns (loss (N,), lse (N,)); both 0 on ignored rows."""
     rows, classes = x.shape
@@ -33,7 +35,7 @@ def cross_entropy_forward(x, target, ignore_index):
     return loss, lse
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, fastmath=SAFE_FASTMATH)
 def cross_entropy_backward(x, target, lse, row_grad, ignore_index):
     """dx (N, C) = row_grad[:, None] * (softmax(x) - onehot(target))."""
     rows, classes = x.shape

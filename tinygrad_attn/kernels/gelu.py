@@ -11,11 +11,13 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from . import SAFE_FASTMATH
+
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, fastmath=SAFE_FASTMATH)
 def gelu_forward(x):
     out = np.empty_like(x)
     for i in prange(x.size):
@@ -23,7 +25,7 @@ def gelu_forward(x):
     return out
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, fastmath=SAFE_FASTMATH)
 def gelu_backward(x, grad):
     dx = np.empty_like(x)
     for i in prange(x.size):

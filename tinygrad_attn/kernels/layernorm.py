@@ -13,8 +13,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from . import SAFE_FASTMATH
 
-@njit(cache=True, parallel=True)
+
+@njit(cache=True, parallel=True, fastmath=SAFE_FASTMATH)
 def layer_norm_forward(x, weight, bias, eps):
     """Returns (y, mean, rstd); mean and rstd (R,) are saved for the backward."""
     rows, n = x.shape
@@ -38,7 +40,7 @@ def layer_norm_forward(x, weight, bias, eps):
     return y, mean, rstd
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, fastmath=SAFE_FASTMATH)
 def layer_norm_backward_input(grad, x, weight, mean, rstd):
     """dx (R, N) from the closed form above."""
     rows, n = x.shape

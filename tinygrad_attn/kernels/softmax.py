@@ -16,8 +16,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from . import SAFE_FASTMATH
 
-@njit(cache=True, parallel=True)
+
+@njit(cache=True, parallel=True, fastmath=SAFE_FASTMATH)
 def softmax_forward(x, keep, log):
     """Returns (y, lse): probabilities (or log-probabilities) and per-row log-sum-exp (-inf for dead rows)."""
     rows, n = x.shape
@@ -51,7 +53,7 @@ def softmax_forward(x, keep, log):
     return out, lse
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, fastmath=SAFE_FASTMATH)
 def softmax_backward(y, grad):
     """dx = y * (g - sum(g * y)) row by row; zero where y is 0."""
     rows, n = y.shape
@@ -65,7 +67,7 @@ def softmax_backward(y, grad):
     return dx
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, fastmath=SAFE_FASTMATH)
 def log_softmax_backward(y, grad, lse):
     """dx = g - exp(y) * sum(g) over live entries; zero for masked entries and dead rows."""
     rows, n = y.shape
