@@ -400,7 +400,8 @@ def normalize_index(index: Any, shape: tuple[int, ...]) -> Any:
             raise IndexError(f"index: arrays used as indices must be integer or bool, got dtype {item.dtype}")
         converted.append(item)
     try:
-        np.empty(shape, dtype=np.bool_)[tuple(converted)]  # validate on a cheap stand-in
+        stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, np.bool_), shape, (0,) * len(shape))
+        stand_in[tuple(converted)]  # validate on a zero-stride stand-in of the same shape: no memory
     except IndexError as err:
         raise IndexError(f"index {index!r} is invalid for a tensor of shape {shape}: {err}") from None
     return tuple(converted) if isinstance(index, tuple) else converted[0]

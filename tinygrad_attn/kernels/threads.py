@@ -7,12 +7,12 @@ core is parallelised one level up: the groups are split among a pool of
 with single-threaded BLAS and `nogil` numba kernels. numpy, BLAS and those
 kernels release the GIL, so the threads really run at once.
 
-Each worker asks OpenBLAS for one thread for itself only
-(`openblas_set_num_threads_local`, OpenBLAS >= 0.3.27), so the big
-projections on the main thread keep every BLAS thread. When that call is not
-available (another BLAS, an older OpenBLAS) the groups run on the calling
-thread: several threads each asking a multi-threaded BLAS for work only fight
-over the cores.
+While the attention core runs, OpenBLAS is held to one thread
+(`openblas_set_num_threads_local`, OpenBLAS >= 0.3.27) and given its thread
+count back afterwards, so the big projections around it keep every BLAS
+thread. When that call is not available (another BLAS, an older OpenBLAS)
+the groups run on the calling thread: several threads each asking a
+multi-threaded BLAS for work only fight over the cores.
 """
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numba
 import numpy as np
 
-MIN_PARALLEL_WORK = 1 << 18  # score elements below which a thread hand-off costs more than it saves
+# Score elements (groups x Tq x Tk) from which the thread pool pays. Measured with 2 threads, fwd + bwd:
+# (G, T, d) = (64, 256, 32): 29 ms on one thread with 2-thread BLAS, 32 ms on the pool;
+# (32, 1024, 64): 201 vs 153 ms; (8, 4096, 64): 745 vs 546 ms.
+MIN_PARALLEL_WORK = 1 << 24
 
 
 def _openblas_function(names: tuple[str, ...]) -> Callable | None:
@@ -64,25 +67,30 @@ def set_num_threads(n: int) -> None:
 _pool: ThreadPoolExecutor | None = None
 
 
-def _worker_init() -> None:
-    if _set_local_blas_threads is not None:
-        _set_local_blas_threads(1)
-
-
 def _get_pool(n_threads: int) -> ThreadPoolExecutor:
     global _pool
     if _pool is None or _pool._max_workers != n_threads:
-        _pool = ThreadPoolExecutor(n_threads, thread_name_prefix="tinygrad_attn", initializer=_worker_init)
+        _pool = ThreadPoolExecutor(n_threads, thread_name_prefix="tinygrad_attn")
     return _pool
 
 
 def run_over_groups(task: Callable[[slice], None], n_groups: int, work: int) -> None:
-    """Call task(groups) on contiguous shares of range(n_groups), in parallel when it pays."""
+    """Call task(groups) on contiguous shares of range(n_groups), in parallel when it pays.
+
+    The workers run with BLAS held to one thread, restored after:
+    `openblas_set_num_threads_local` is per thread in OpenBLAS's OpenMP builds
+    but sets the count for every thread in the pthreads build numpy ships
+    (measured), and the calling thread only waits while the workers run.
+    """
     n_threads = min(numba.get_num_threads(), n_groups)
     if n_threads <= 1 or work < MIN_PARALLEL_WORK or _set_local_blas_threads is None:
-        task(slice(0, n_groups))
+        task(slice(0, n_groups))  # on this thread, BLAS keeps its threads
         return
-    bounds = np.linspace(0, n_groups, n_threads + 1).astype(int)
-    shares = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-    for future in [_get_pool(n_threads).submit(task, share) for share in shares]:
-        future.result()  # re-raises a worker's exception here
+    previous = _set_local_blas_threads(1)
+    try:
+        bounds = np.linspace(0, n_groups, n_threads + 1).astype(int)
+        shares = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+        for future in [_get_pool(n_threads).submit(task, share) for share in shares]:
+            future.result()  # re-raises a worker's exception here
+    finally:
+        _set_local_blas_threads(previous)

@@ -1,0 +1,54 @@
+"""Cold start: numba's first-call compile time, and import + one MHA forward/backward with a warm cache.
+
+Each measurement runs in a fresh process. The compile run uses an empty
+NUMBA_CACHE_DIR; the warm runs reuse it, as every run after the first does.
+
+    python benchmarks/cold_start.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+PROBE = """
+import time
+start = time.perf_counter()
+import numpy as np
+import tinygrad_attn as ta
+imported = time.perf_counter()
+mha = ta.nn.MultiHeadAttention(64, 4)
+x = ta.Tensor(np.random.default_rng(0).normal(size=(2, 16, 64)).astype(np.float32), requires_grad=True)
+out, _ = mha(x, is_causal=True, need_weights=False)
+F = ta.functional
+loss = F.cross_entropy(out.reshape(-1, 64), np.zeros(32, dtype=np.int64)) + F.gelu(F.layer_norm(out, 64)).sum()
+loss.backward()
+done = time.perf_counter()
+print(__import__("json").dumps({"import": imported - start, "total": done - start}))
+"""
+
+
+def run(cache_dir: str) -> dict:
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
+    proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise SystemExit(proc.stderr)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as cache:
+        cold = run(cache)
+        warm = [run(cache) for _ in range(5)]
+    print(f"first run, empty numba cache (compiles every kernel used): {cold['total']:.2f} s")
+    print(f"warm cache, median of 5: import {statistics.median(w['import'] for w in warm):.2f} s, "
+          f"import + MHA forward/backward + cross-entropy + layer norm + GELU "
+          f"{statistics.median(w['total'] for w in warm):.2f} s")
+
+
+if __name__ == "__main__":
+    main()
