@@ -15,6 +15,11 @@ import numpy as np
 from .base import Defaults, PromptAnswerTask
 
 
+def distinct_tokens(rng: np.random.Generator, size: int, choices: int, n: int) -> np.ndarray:
+    """(size, n): each row n different tokens out of range(choices), in random order."""
+    return np.argsort(rng.random((size, choices)), axis=1)[:, :n]
+
+
 class Copy(PromptAnswerTask):
     name = "copy"
     description = "repeat a sequence of 8 digits"
@@ -73,8 +78,7 @@ class Recall(PromptAnswerTask):
 
     def examples(self, rng, size):
         n = self.defaults.options["pairs"]
-        letters = len(self.vocab_extra)
-        keys = np.argsort(rng.random((size, letters)), axis=1)[:, :n] + self.digits  # n distinct keys each
+        keys = distinct_tokens(rng, size, len(self.vocab_extra), n) + self.digits  # letters come after the digits
         values = rng.integers(0, self.digits, (size, n))
         asked = rng.integers(0, n, size)
         pairs = np.stack([keys, values], axis=2).reshape(size, 2 * n)  # k1 v1 k2 v2 ...
@@ -92,8 +96,7 @@ class Induction(PromptAnswerTask):
 
     def examples(self, rng, size):
         n = self.defaults.options["length"]
-        symbols = self.vocab_size - 1  # every token but SEP
-        body = np.argsort(rng.random((size, symbols)), axis=1)[:, :n]  # n distinct symbols
+        body = distinct_tokens(rng, size, self.vocab_size - 1, n)  # n distinct symbols, any token but SEP
         position = rng.integers(0, n - 1, size)
         rows = np.arange(size)
         return (np.concatenate([body, body[rows, position][:, None]], axis=1),
