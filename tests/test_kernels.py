@@ -159,3 +159,15 @@ def test_adam_kernel_matches_reference(dtype, decoupled):
     adam_update(param, grad, m, v, 0.01, 0.9, 0.999, 1e-8, 3, 0.1, decoupled)
     for got, want in zip((param, m, v), expected):
         np.testing.assert_allclose(got, want, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layer_norm_parameter_gradients_match_reference(dtype):
+    from tinygrad_attn.kernels.layernorm import layer_norm_backward_params
+
+    rng = np.random.default_rng(0)
+    x, g = rng.normal(size=(7, 5)).astype(dtype), rng.normal(size=(7, 5)).astype(dtype)
+    mean, rstd = x.mean(-1), 1 / np.sqrt(x.var(-1) + 1e-5)
+    dw, db = layer_norm_backward_params(g, x, mean.astype(dtype), rstd.astype(dtype))
+    np.testing.assert_allclose(dw, (g * (x - mean[:, None]) * rstd[:, None]).sum(0), **tol(dtype))
+    np.testing.assert_allclose(db, g.sum(0), **tol(dtype))

@@ -20,7 +20,7 @@ from . import rng
 from .kernels.attention import flash_attention_backward, flash_attention_forward, group_bias
 from .kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from .kernels.gelu import gelu_backward, gelu_forward
-from .kernels.layernorm import layer_norm_backward_input, layer_norm_forward
+from .kernels.layernorm import layer_norm_backward_input, layer_norm_backward_params, layer_norm_forward
 from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
 from .ops import check_broadcast, normalize_dim
 from .tensor import Function, Tensor
@@ -112,9 +112,9 @@ class LayerNorm(Function):
         x2, weight, mean, rstd = ctx.saved_tensors
         g2 = _rows(grad)  # (R, N)
         grad_x = layer_norm_backward_input(g2, x2, weight, mean, rstd).reshape(grad.shape)
-        x_hat = (x2 - mean[:, None]) * rstd[:, None]
-        grad_weight = (g2 * x_hat).sum(axis=0) if ctx.needs_input_grad[1] else None
-        grad_bias = g2.sum(axis=0) if ctx.needs_input_grad[2] else None
+        if not (ctx.needs_input_grad[1] or ctx.needs_input_grad[2]):
+            return grad_x, None, None
+        grad_weight, grad_bias = layer_norm_backward_params(g2, x2, mean, rstd)  # sums of g * xhat and of g
         return grad_x, grad_weight, grad_bias
 
 

@@ -60,6 +60,19 @@ def layer_norm_backward_input(grad, x, weight, mean, rstd):
     return dx
 
 
+@njit(cache=True, fastmath=SAFE_FASTMATH)
+def layer_norm_backward_params(grad, x, mean, rstd):
+    """dw = sum over rows of g * xhat, db = sum over rows of g, both (N,): one pass over g and x."""
+    rows, n = x.shape
+    dw = np.zeros(n, dtype=np.float64)
+    db = np.zeros(n, dtype=np.float64)
+    for r in range(rows):
+        for j in range(n):
+            dw[j] += grad[r, j] * (x[r, j] - mean[r]) * rstd[r]
+            db[j] += grad[r, j]
+    return dw.astype(x.dtype), db.astype(x.dtype)
+
+
 def layer_norm_reference(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)

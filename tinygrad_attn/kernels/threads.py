@@ -82,8 +82,8 @@ def run_over_groups(task: Callable[[slice], None], n_groups: int, work: int) -> 
     but sets the count for every thread in the pthreads build numpy ships
     (measured), and the calling thread only waits while the workers run.
     """
-    n_threads = min(numba.get_num_threads(), n_groups)
-    if n_threads <= 1 or work < MIN_PARALLEL_WORK or _set_local_blas_threads is None:
+    n_threads = 1 if work < MIN_PARALLEL_WORK else min(numba.get_num_threads(), n_groups)  # the call costs ~0.1 ms
+    if n_threads <= 1 or _set_local_blas_threads is None:
         task(slice(0, n_groups))  # on this thread, BLAS keeps its threads
         return
     previous = _set_local_blas_threads(1)

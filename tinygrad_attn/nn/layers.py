@@ -21,6 +21,32 @@ def _uniform(bound: float, shape: tuple[int, ...]) -> np.ndarray:
     return rng.generator().uniform(-bound, bound, shape).astype(np.float32)
 
 
+class LinearFunction(Function):
+    """y = x W^T + b over rows: x (N, in), W (out, in), b (out,) -> y (N, out).
+
+    Backward, with g = dL/dy (N, out):
+        dx = g W        (N, in)
+        dW = g^T x      (out, in)
+        db = sum_n g_n  (out,)
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias=None):
+        ctx.save_for_backward(x, weight)
+        y = x @ weight.T  # (N, in) @ (in, out)
+        if bias is not None:
+            y += bias
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_x = grad @ weight if ctx.needs_input_grad[0] else None  # dx = g W
+        grad_weight = grad.T @ x if ctx.needs_input_grad[1] else None  # dW = g^T x
+        grad_bias = grad.sum(axis=0) if len(ctx.inputs) > 2 and ctx.needs_input_grad[2] else None  # db = sum g
+        return (grad_x, grad_weight, grad_bias)[: len(ctx.inputs)]
+
+
 class Linear(Module):
     """y = x W^T + b, W of shape (out_features, in_features), both ~ U(-1/sqrt(in), 1/sqrt(in))."""
 
@@ -33,8 +59,9 @@ class Linear(Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[-1:] != (self.in_features,):
             raise ValueError(f"Linear: input of shape {x.shape} needs last dim {self.in_features}")
-        y = x @ self.weight.T  # (..., in) @ (in, out) -> (..., out)
-        return y if self.bias is None else y + self.bias
+        rows = x.reshape(-1, self.in_features)  # (..., in) -> (N, in): every position is a row
+        params = (self.weight,) if self.bias is None else (self.weight, self.bias)
+        return LinearFunction.apply(rows, *params).reshape(x.shape[:-1] + (self.out_features,))  # (..., out)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
