@@ -150,7 +150,7 @@ def test_multi_head_attention_errors():
         nn.MultiHeadAttention(10, 3)
     mha = nn.MultiHeadAttention(8, 2)
     x = ta.Tensor(np.zeros((2, 5, 8), np.float32))
-    with pytest.raises(ValueError, match=r"mask of shape \(4, 4\).*\(2, 2, 5, 5\)"):
+    with pytest.raises(ValueError, match=r"mask: shape \(4, 4\).*\(2, 2, 5, 5\)"):
         mha(x, mask=np.ones((4, 4), dtype=bool))
     with pytest.raises(ValueError, match=r"query must be .*got \(2, 5, 7\)"):
         mha(ta.Tensor(np.zeros((2, 5, 7), np.float32)))

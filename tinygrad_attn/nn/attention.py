@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from .. import functional as F
 from ..tensor import Tensor
 from .layers import Linear
@@ -66,9 +64,6 @@ class MultiHeadAttention(Module):
             query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
         self._check_inputs(query, key, value)
         b, tq, e = query.shape
-        tk = key.shape[1]
-        if mask is not None:
-            mask = self._check_mask(mask, (b, self.num_heads, tq, tk))
 
         q = self._split_heads(self.q_proj(query))  # (B, H, Tq, d)
         k = self._split_heads(self.k_proj(key))  # (B, H, Tk, d)
@@ -76,7 +71,7 @@ class MultiHeadAttention(Module):
         dropout_p = self.dropout if self.training else 0.0
         attended = F.scaled_dot_product_attention(
             q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p, return_weights=need_weights
-        )  # softmax(q k^T / sqrt(d)) v: (B, H, Tq, d), weights (B, H, Tq, Tk)
+        )  # softmax(q k^T / sqrt(d)) v: (B, H, Tq, d), weights (B, H, Tq, Tk); checks mask against (B, H, Tq, Tk)
         out, weights = attended if need_weights else (attended, None)
         out = out.transpose(1, 2).reshape(b, tq, e)  # merge heads: (B, H, Tq, d) -> (B, Tq, E)
         out = self.out_proj(out)  # (B, Tq, E)
@@ -97,19 +92,6 @@ class MultiHeadAttention(Module):
                 f"MultiHeadAttention: batch sizes and key/value lengths disagree: query {query.shape}, "
                 f"key {key.shape}, value {value.shape}"
             )
-
-    @staticmethod
-    def _check_mask(mask: Any, expected: tuple[int, ...]) -> np.ndarray:
-        array = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
-        try:
-            fits = array.ndim <= 4 and np.broadcast_shapes(array.shape, expected) == expected
-        except ValueError:
-            fits = False
-        if not fits:
-            raise ValueError(
-                f"MultiHeadAttention: mask of shape {array.shape} does not broadcast to (B, H, Tq, Tk) = {expected}"
-            )
-        return array
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
