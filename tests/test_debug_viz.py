@@ -1,5 +1,7 @@
 """Seeing gradients flow: the DOT graph, the backward trace and anomaly detection."""
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -46,3 +48,11 @@ def test_detect_anomaly_names_the_op():
     mask = np.array([True, False])
     with ta.detect_anomaly():  # -inf in masked log-probabilities is not an anomaly
         F.log_softmax(ta.Tensor(np.array([1.0, 2.0]), requires_grad=True), mask=mask).sum()
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot program is not installed")
+def test_to_dot_renders_svg_with_graphviz(tmp_path):
+    _, _, loss = small_graph()
+    path = tmp_path / "graph.svg"
+    to_dot(loss, render=str(path))
+    assert "<svg" in path.read_text() and "MatMul" in path.read_text()

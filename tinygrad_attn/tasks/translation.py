@@ -32,7 +32,7 @@ def load_pairs() -> list[tuple[list[str], list[str]]]:
 class Translation(Task):
     name = "translate"
     description = "translate 40 short French sentences to English (encoder-decoder, memorisation)"
-    defaults = Defaults(steps=600, lr=2e-3, batch_size=32, warmup=30, eval_every=25, target=1.0)
+    defaults = Defaults(steps=600, lr=2e-3, batch_size=32, warmup=30, eval_every=25)  # 0.99 of 40: all of them
 
     def __init__(self):
         self.pairs = load_pairs()
