@@ -105,10 +105,8 @@ class Function:
         tensors = tuple(x if isinstance(x, Tensor) else Tensor(x) for x in inputs)
         ctx = Context(cls, tensors)
         out = np.asarray(cls.forward(ctx, *(t.data for t in tensors), **kwargs))
-        requires_grad = _grad_enabled and any(ctx.needs_input_grad)
-        result = Tensor(out, requires_grad=requires_grad and out.dtype.kind == "f")
-        if result.requires_grad:
-            result._ctx = ctx
+        requires_grad = _grad_enabled and any(ctx.needs_input_grad) and out.dtype.kind == "f"
+        result = Tensor._result(out, ctx if requires_grad else None)
         for hook in _forward_hooks:
             hook(ctx, result)
         return result
@@ -189,7 +187,9 @@ def run_backward(root: Tensor, grad: np.ndarray, retain_graph: bool) -> None:
         for parent, pg in zip(ctx.inputs, input_grads):
             if pg is None or not parent.requires_grad:
                 continue
-            pg = _unbroadcast(np.asarray(pg), parent.shape).astype(parent.dtype, copy=False)
+            pg = _unbroadcast(np.asarray(pg), parent.shape)
+            if pg.dtype != parent.dtype:
+                pg = pg.astype(parent.dtype)
             grads[id(parent)] = pg if id(parent) not in grads else grads[id(parent)] + pg
         if not retain_graph:
             ctx.release()
@@ -229,6 +229,13 @@ class Tensor:
         self.grad: Tensor | None = None
         self.requires_grad = bool(requires_grad)
         self._ctx: Context | None = None
+
+    @classmethod
+    def _result(cls, data: np.ndarray, ctx: Context | None) -> Tensor:
+        """An op's output: the array is the op's own, so __init__'s checks are skipped."""
+        t = object.__new__(cls)
+        t.data, t.grad, t.requires_grad, t._ctx = data, None, ctx is not None, ctx
+        return t
 
     # --- what it is -------------------------------------------------------
     shape = property(lambda self: self.data.shape)
@@ -304,7 +311,8 @@ class Tensor:
     def _binary(self, op: type[Function], other: Any, reverse: bool = False) -> Tensor:
         other = self._operand(other)
         a, b = (other, self) if reverse else (self, other)
-        ops.check_broadcast(op.__name__.lower(), a.shape, b.shape)
+        if a.shape != b.shape:
+            ops.check_broadcast(op.__name__.lower(), a.shape, b.shape)
         return op.apply(a, b)
 
     def __add__(self, other): return self._binary(ops.Add, other)

@@ -22,28 +22,32 @@ def _uniform(bound: float, shape: tuple[int, ...]) -> np.ndarray:
 
 
 class LinearFunction(Function):
-    """y = x W^T + b over rows: x (N, in), W (out, in), b (out,) -> y (N, out).
+    """y = x W^T + b: x (..., in), W (out, in), b (out,) -> y (..., out).
 
-    Backward, with g = dL/dy (N, out):
-        dx = g W        (N, in)
-        dW = g^T x      (out, in)
+    Every position is a row: with X the inputs as rows (N, in) and g = dL/dy as
+    rows (N, out), the backward is
+        dX = g W        (N, in)
+        dW = g^T X      (out, in)
         db = sum_n g_n  (out,)
     """
 
     @staticmethod
     def forward(ctx, x, weight, bias=None):
-        ctx.save_for_backward(x, weight)
-        y = x @ weight.T  # (N, in) @ (in, out)
+        rows = x.reshape(-1, x.shape[-1])  # (N, in)
+        ctx.save_for_backward(rows, weight)
+        ctx.input_shape = x.shape
+        y = rows @ weight.T  # (N, in) @ (in, out)
         if bias is not None:
             y += bias
-        return y
+        return y.reshape(x.shape[:-1] + weight.shape[:1])  # (..., out)
 
     @staticmethod
     def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        grad_x = grad @ weight if ctx.needs_input_grad[0] else None  # dx = g W
-        grad_weight = grad.T @ x if ctx.needs_input_grad[1] else None  # dW = g^T x
-        grad_bias = grad.sum(axis=0) if len(ctx.inputs) > 2 and ctx.needs_input_grad[2] else None  # db = sum g
+        rows, weight = ctx.saved_tensors
+        g = grad.reshape(-1, grad.shape[-1])  # (N, out)
+        grad_x = (g @ weight).reshape(ctx.input_shape) if ctx.needs_input_grad[0] else None  # dX = g W
+        grad_weight = g.T @ rows if ctx.needs_input_grad[1] else None  # dW = g^T X
+        grad_bias = g.sum(axis=0) if len(ctx.inputs) > 2 and ctx.needs_input_grad[2] else None  # db = sum g
         return (grad_x, grad_weight, grad_bias)[: len(ctx.inputs)]
 
 
@@ -59,9 +63,8 @@ class Linear(Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[-1:] != (self.in_features,):
             raise ValueError(f"Linear: input of shape {x.shape} needs last dim {self.in_features}")
-        rows = x.reshape(-1, self.in_features)  # (..., in) -> (N, in): every position is a row
         params = (self.weight,) if self.bias is None else (self.weight, self.bias)
-        return LinearFunction.apply(rows, *params).reshape(x.shape[:-1] + (self.out_features,))  # (..., out)
+        return LinearFunction.apply(x, *params)  # (..., in) -> (..., out)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
