@@ -162,6 +162,7 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
     n_groups, tq, _ = q.shape
     q_scaled = q * q.dtype.type(scale)
     k_t = _transposed(k)  # (G, d, Tk)
+    ones = np.ones(k.shape[1], dtype=q.dtype)  # P @ ones sums rows 3-4x faster than P.sum(-1)
     out = np.empty((n_groups, tq, v.shape[2]), dtype=q.dtype)
     lse = np.empty((n_groups, tq), dtype=q.dtype)
 
@@ -179,7 +180,7 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
                     shift_by_running_max(scores, row_max, alpha, rows.start, cols.start, crosses)
                     probs = np.exp(scores, out=scores)  # P = exp(S - m'), numpy's SIMD exp
                     row_sum *= alpha
-                    row_sum += probs.sum(axis=-1)
+                    row_sum += probs @ ones[: probs.shape[-1]]
                     acc *= alpha[..., None]
                     acc += probs @ v[groups, cols]  # (g, bq, dv)
                 live = row_sum > 0
@@ -194,7 +195,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias):
     """Returns dq, dk, dv for the forward above."""
     q_scaled = q * q.dtype.type(scale)
     k_t, v_t = _transposed(k), _transposed(v)  # (G, d, Tk), (G, dv, Tk)
-    delta = (grad_out * out).sum(axis=-1)  # (G, Tq)
+    delta = (grad_out * out) @ np.ones(out.shape[-1], dtype=out.dtype)  # rowsum(dO * O): (G, Tq)
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
 
     def backward_share(share: slice) -> None:
