@@ -37,31 +37,35 @@ import numpy as np
 MIN_PARALLEL_WORK = 1 << 24
 
 
-def _openblas_function(names: tuple[str, ...]) -> Callable | None:
-    """The first of `names` exported by the OpenBLAS that numpy loaded, if any."""
+def _openblas_library() -> ctypes.CDLL | None:
+    """The OpenBLAS that numpy loaded (found once, at import), if any."""
     folders = [os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs"), os.path.dirname(np.__file__)]
     for folder in folders:
         for path in glob.glob(os.path.join(folder, "*openblas*")):
             try:
-                library = ctypes.CDLL(path)
+                return ctypes.CDLL(path)
             except OSError:
                 continue
-            for name in names:
-                function = getattr(library, name, None)
-                if function is not None:
-                    return function
     return None
 
 
-_set_local_blas_threads = _openblas_function(("openblas_set_num_threads_local",))
-if _set_local_blas_threads is not None:
-    _set_local_blas_threads.argtypes, _set_local_blas_threads.restype = [ctypes.c_int], ctypes.c_int
-_stop_blas_threads = _openblas_function(("blas_thread_shutdown_",))
-_set_blas_threads = _openblas_function(
-    ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads")
+def _function(names: tuple[str, ...], argtypes: list, restype=None) -> Callable | None:
+    """The first of `names` that the OpenBLAS library exports, typed, or None."""
+    for name in names:
+        function = getattr(_openblas, name, None) if _openblas is not None else None
+        if function is not None:
+            function.argtypes, function.restype = argtypes, restype
+            return function
+    return None
+
+
+_openblas = _openblas_library()
+_set_local_blas_threads = _function(("openblas_set_num_threads_local",), [ctypes.c_int], ctypes.c_int)
+_stop_blas_threads = _function(("blas_thread_shutdown_",), [])
+_set_blas_threads = _function(
+    ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads"),
+    [ctypes.c_int],
 )
-if _set_blas_threads is not None:
-    _set_blas_threads.argtypes = [ctypes.c_int]
 
 
 def set_num_threads(n: int) -> None:

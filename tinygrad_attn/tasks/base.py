@@ -10,7 +10,7 @@ match, since any wrong token fails both.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,9 +38,6 @@ class Defaults:
     eval_size: int = 512
     target: float = 0.99
     options: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
