@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import rng
-from .kernels.attention import flash_attention_backward, flash_attention_forward, group_bias
+from .kernels.attention import as_group_grid, flash_attention_backward, flash_attention_forward, grid_bias
 from .kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from .kernels.gelu import gelu_backward, gelu_forward
 from .kernels.layernorm import layer_norm_backward_input, layer_norm_backward_params, layer_norm_forward
@@ -227,19 +227,19 @@ class FlashAttention(Function):
     @staticmethod
     def forward(ctx, q, k, v, scale, causal, bias):
         lead = q.shape[:-2]
-        q3, k3, v3 = (np.ascontiguousarray(a.reshape((-1,) + a.shape[-2:])) for a in (q, k, v))  # (G, T, d)
-        bias = group_bias(bias, lead)
-        out, lse = flash_attention_forward(q3, k3, v3, scale, causal, bias)
-        ctx.save_for_backward(q3, k3, v3, out, lse)
+        q4, k4, v4 = (as_group_grid(a) for a in (q, k, v))  # (P, Q, T, d) views: heads are not copied out
+        bias = grid_bias(bias, lead)
+        out, lse = flash_attention_forward(q4, k4, v4, scale, causal, bias)  # out laid out like q
+        ctx.save_for_backward(q4, k4, v4, out, lse)
         ctx.scale, ctx.causal, ctx.bias, ctx.lead = scale, causal, bias, lead
-        return out.reshape(lead + out.shape[1:])
+        return out.reshape(lead + out.shape[2:])
 
     @staticmethod
     def backward(ctx, grad):
-        q3, k3, v3, out, lse = ctx.saved_tensors
-        g3 = np.ascontiguousarray(grad.reshape(out.shape))
-        dq, dk, dv = flash_attention_backward(g3, q3, k3, v3, out, lse, ctx.scale, ctx.causal, ctx.bias)
-        return tuple(d.reshape(ctx.lead + d.shape[1:]) for d in (dq, dk, dv))
+        q4, k4, v4, out, lse = ctx.saved_tensors
+        grad4 = as_group_grid(grad)
+        dq, dk, dv = flash_attention_backward(grad4, q4, k4, v4, out, lse, ctx.scale, ctx.causal, ctx.bias)
+        return tuple(d.reshape(ctx.lead + d.shape[2:]) for d in (dq, dk, dv))
 
 
 def _attention_mask(mask: Any, shape: tuple[int, ...]) -> np.ndarray | None:

@@ -8,6 +8,7 @@ built from these in tensor.py and functional.py.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -244,7 +245,8 @@ class Permute(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return grad.transpose(np.argsort(ctx.dims))  # the inverse permutation
+        inverse = sorted(range(len(ctx.dims)), key=ctx.dims.__getitem__)  # the axis each dim went to
+        return grad.transpose(inverse)
 
 
 class GetItem(Function):
@@ -374,15 +376,15 @@ def resolve_shape(shape: tuple[Any, ...], current: tuple[int, ...]) -> tuple[int
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     shape = tuple(int(n) for n in shape)
-    size = int(np.prod(current))
-    known = int(np.prod([n for n in shape if n != -1]))
+    size = math.prod(current)
+    known = math.prod(n for n in shape if n != -1)
     if shape.count(-1) > 1 or any(n < -1 for n in shape):
         raise ValueError(f"reshape: invalid shape {shape} (at most one -1, no other negative size)")
     if -1 in shape:
         if known == 0 or size % known:
             raise ValueError(f"reshape: cannot reshape a tensor of shape {current} (size {size}) into {shape}")
         shape = tuple(size // known if n == -1 else n for n in shape)
-    if int(np.prod(shape)) != size:
+    if math.prod(shape) != size:
         raise ValueError(f"reshape: cannot reshape a tensor of shape {current} (size {size}) into {shape}")
     return shape
 

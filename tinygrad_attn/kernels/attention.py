@@ -1,13 +1,14 @@
 """Flash-style scaled dot-product attention: the (Tq x Tk) matrix is never built.
 
-Shapes: q (G, Tq, d), k (G, Tk, d), v (G, Tk, dv), G = batch x heads.
-The queries are cut into blocks of BLOCK_Q rows and the keys into blocks of
-BLOCK_K columns. For one query block, each key tile gives scores
-S = (q * scale) k^T of shape (G, bq, bk), on numpy's BLAS; the numba kernel
-`shift_by_running_max` masks the tile and subtracts the new
-running max, numpy's SIMD exp turns it into probabilities, and the tile is
-folded into a running row max m, running sum l and running output acc (the
-online softmax):
+Shapes: q (P, Q, Tq, d), k (P, Q, Tk, d), v (P, Q, Tk, dv): a grid of
+G = P x Q independent groups, (batch, heads) for multi-head attention, taken
+where they lie in memory (see `as_group_grid`). The queries are cut into
+blocks of BLOCK_Q rows and the keys into blocks of BLOCK_K columns. For one
+query block, each key tile gives scores S = (q * scale) k^T of shape
+(p, h, bq, bk), on numpy's BLAS; the numba kernel `shift_by_running_max`
+masks the tile and subtracts the new running max, numpy's SIMD exp turns it
+into probabilities, and the tile is folded into a running row max m, running
+sum l and running output acc (the online softmax):
 
     m' = max(m, max_j S_j),   P_j = exp(S_j - m'),   alpha = exp(m - m')
     l' = l * alpha + sum_j P_j,   acc' = acc * alpha + P V_tile
@@ -19,7 +20,7 @@ only tiles crossing it are masked element by element.
 Backward (FlashAttention-2 style), recomputing P from the saved lse:
     P = exp(S - lse),  dV += P^T dO,  dP = dO V^T,
     dS = P * (dP - delta),  delta_i = sum_c dO_ic out_ic,
-    dQ += dS K * scale,  dK += dS^T (Q * scale)
+    dQ += (scale dS) K,  dK += (scale dS)^T Q
 
 A row with nothing to attend to has l = 0: its output, lse (-inf) and
 gradients are zeros. The (batch x head) groups are independent: they are
@@ -83,22 +84,68 @@ def shift_by_lse(scores, lse, q_start, k_start, causal):
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
-def score_gradient(probs, grad_probs, delta):
-    """grad_probs (G, bq, bk) -> dS = P * (dP - delta) in place, the softmax backward of a tile."""
+def score_gradient(probs, grad_probs, delta, scale):
+    """grad_probs (G, bq, bk) -> scale * dS, dS = P * (dP - delta), in place: the softmax backward of a
+    tile, times the score scale that dQ = scale dS K and dK = scale dS^T Q both need."""
     groups, bq, bk = probs.shape
     for g in range(groups):
         for i in range(bq):
+            d = delta[g, i]
             for j in range(bk):
-                grad_probs[g, i, j] = probs[g, i, j] * (grad_probs[g, i, j] - delta[g, i])
+                grad_probs[g, i, j] = probs[g, i, j] * (grad_probs[g, i, j] - d) * scale
 
 
 TILE_BYTES = 1 << 20  # a chunk of groups' score tile is kept around this size, so it stays in cache
 
 
-def _group_chunks(groups: slice, tile_bytes_per_group: int):
-    size = max(1, TILE_BYTES // max(tile_bytes_per_group, 1))
-    for g0 in range(groups.start, groups.stop, size):
-        yield slice(g0, min(g0 + size, groups.stop))
+def as_group_grid(a: np.ndarray) -> np.ndarray:
+    """(..., T, d) -> (P, Q, T, d), a view whenever the leading dims allow it.
+
+    Any strides are fine: numpy's matmul runs BLAS on each (T, d) matrix as
+    long as its rows are unit-stride, so q, k and v split into heads by
+    reshape (B, T, H, d) + transpose (B, H, T, d) are used where they lie,
+    without a copy. Leading dims beyond two are merged into P when their
+    strides allow, copied otherwise.
+    """
+    lead = a.shape[:-2]
+    if len(lead) <= 2:
+        return a.reshape((1,) * (2 - len(lead)) + a.shape)
+    grid = (-1, lead[-1]) + a.shape[-2:]
+    try:
+        return np.reshape(a, grid, copy=False)
+    except ValueError:
+        return np.ascontiguousarray(a).reshape(grid)
+
+
+def _empty_like_layout(a: np.ndarray, last: int) -> np.ndarray:
+    """A new (P, Q, T, last) array laid out like `a`: when a's groups are interleaved within its rows
+    (heads split from (B, T, H, d)), so is the result, and merging the heads back is a free reshape."""
+    p, n, t, _ = a.shape
+    if n > 1 and t > 1 and a.strides[1] < a.strides[2]:
+        return np.empty((p, t, n, last), a.dtype).transpose(0, 2, 1, 3)
+    return np.empty((p, n, t, last), a.dtype)
+
+
+def _group_chunks(share: slice, n_inner: int, size: int):
+    """Cut the flat groups of `share` (group g is (g // n_inner, g % n_inner) of the grid) into
+    rectangles (P slice, Q slice) of at most `size` groups."""
+    g, size = share.start, max(1, size)
+    while g < share.stop:
+        p, h = divmod(g, n_inner)
+        whole_rows = min(size, share.stop - g) // n_inner
+        if h == 0 and whole_rows:
+            yield slice(p, p + whole_rows), slice(0, n_inner)
+            g += whole_rows * n_inner
+        else:
+            end = min(n_inner, h + size, h + share.stop - g)
+            yield slice(p, p + 1), slice(h, end)
+            g += end - h
+
+
+def _chunks(share: slice, q: np.ndarray, k: np.ndarray):
+    """`share` in chunks of groups whose (BLOCK_Q x BLOCK_K) score tile stays near TILE_BYTES."""
+    tile_bytes = min(BLOCK_Q, q.shape[2]) * min(BLOCK_K, k.shape[2]) * q.itemsize
+    return _group_chunks(share, q.shape[1], TILE_BYTES // max(tile_bytes, 1))
 
 
 def _query_blocks(tq: int):
@@ -114,108 +161,114 @@ def _key_tiles(rows: slice, tk: int, causal: bool):
         yield slice(c0, c1), causal and c1 - 1 > rows.start
 
 
-def group_bias(bias: np.ndarray | None, lead: tuple[int, ...]) -> np.ndarray | None:
-    """An additive mask broadcastable to (*lead, Tq, Tk) as (1 or G, Tq or 1, Tk or 1).
+def grid_bias(bias: np.ndarray | None, lead: tuple[int, ...]) -> np.ndarray | None:
+    """An additive mask broadcastable to (*lead, Tq, Tk) as (1 or P, 1 or Q, Tq or 1, Tk or 1).
 
-    Only the mask's own leading dims are broadcast out (a padding mask
-    (B, 1, 1, Tk) becomes (B*H, 1, Tk)); its last two dims are never expanded.
+    Dims of size 1 stay 1 (a padding mask (B, 1, 1, Tk) is not copied per head
+    or per query); only leading dims beyond the grid's two are broadcast out.
     """
     if bias is None:
         return None
-    bias = bias.reshape((1,) * (len(lead) + 2 - bias.ndim) + bias.shape)
+    bias = bias.reshape((1,) * (len(lead) + 2 - bias.ndim) + bias.shape)  # (1.., *mask shape), rank len(lead) + 2
+    if len(lead) <= 2:
+        return bias.reshape((1,) * (2 - len(lead)) + bias.shape)
     if all(n == 1 for n in bias.shape[:-2]):
-        return bias.reshape((1,) + bias.shape[-2:])
-    return np.broadcast_to(bias, lead + bias.shape[-2:]).reshape((-1,) + bias.shape[-2:])
+        return bias.reshape((1, 1) + bias.shape[-2:])
+    return as_group_grid(np.broadcast_to(bias, lead + bias.shape[-2:]))
 
 
-def _bias_tile(bias: np.ndarray | None, groups: slice, rows: slice, cols: slice):
+def _bias_tile(bias: np.ndarray | None, ps: slice, hs: slice, rows: slice, cols: slice):
     if bias is None:
         return None
-    return bias[
-        groups if bias.shape[0] > 1 else slice(None),
-        rows if bias.shape[1] > 1 else slice(None),
-        cols if bias.shape[2] > 1 else slice(None),
-    ]
+    index = (ps, hs, rows, cols)
+    return bias[tuple(i if n > 1 else slice(None) for i, n in zip(index, bias.shape))]
 
 
 def _transposed(a: np.ndarray) -> np.ndarray:
-    """(G, T, d) -> contiguous (G, d, T). numpy's batched matmul leaves BLAS when its right operand is a
-    transposed view (measured 3-4x slower for small tiles), so k^T and v^T are laid out once per call."""
-    return np.ascontiguousarray(a.transpose(0, 2, 1))
+    """(P, Q, T, d) -> contiguous (P, Q, d, T). numpy's batched matmul leaves BLAS when its right operand
+    is a transposed view (measured 3-4x slower for small tiles), so k^T and v^T are laid out once per call."""
+    return np.ascontiguousarray(a.swapaxes(-1, -2))
 
 
-def _scores(q_scaled, k_t, bias, groups, rows, cols):
-    """S = (q * scale) k^T (+ mask) for one tile: (g, bq, bk), on BLAS. k_t is k transposed, (G, d, Tk)."""
-    scores = q_scaled[groups, rows] @ k_t[groups, :, cols]
-    tile = _bias_tile(bias, groups, rows, cols)
+def _scores(q_scaled, k_t, bias, ps, hs, rows, cols):
+    """S = (q * scale) k^T (+ mask) for one tile: (p, h, bq, bk), on BLAS. k_t is k transposed, (P, Q, d, Tk)."""
+    scores = q_scaled[ps, hs, rows] @ k_t[ps, hs, :, cols]
+    tile = _bias_tile(bias, ps, hs, rows, cols)
     if tile is not None:
         scores += tile
     return scores
 
 
-def _tile_bytes(q: np.ndarray, k: np.ndarray) -> int:
-    return min(BLOCK_Q, q.shape[1]) * min(BLOCK_K, k.shape[1]) * q.itemsize
-
-
 def flash_attention_forward(q, k, v, scale, causal, bias):
-    """Returns out (G, Tq, dv) and lse (G, Tq). `bias` is an additive mask from `group_bias`, or None."""
-    n_groups, tq, _ = q.shape
+    """q (P, Q, Tq, d), k (P, Q, Tk, d), v (P, Q, Tk, dv), any unit-stride rows; `bias` from `grid_bias`.
+
+    Returns out (P, Q, Tq, dv), laid out like q, and lse (P, Q, Tq).
+    """
+    n_outer, n_inner, tq, _ = q.shape
     q_scaled = q * q.dtype.type(scale)
-    k_t = _transposed(k)  # (G, d, Tk)
-    ones = np.ones(k.shape[1], dtype=q.dtype)  # P @ ones sums rows 3-4x faster than P.sum(-1)
-    out = np.empty((n_groups, tq, v.shape[2]), dtype=q.dtype)
-    lse = np.empty((n_groups, tq), dtype=q.dtype)
+    k_t = _transposed(k)  # (P, Q, d, Tk)
+    ones = np.ones(k.shape[2], dtype=q.dtype)  # P @ ones sums rows 3-4x faster than P.sum(-1)
+    out = _empty_like_layout(q, v.shape[3])
+    lse = np.empty((n_outer, n_inner, tq), dtype=q.dtype)
 
     def forward_share(share: slice) -> None:  # one thread's groups, chunk by chunk, tile by tile
-        for groups in _group_chunks(share, _tile_bytes(q, k)):
-            g = groups.stop - groups.start
+        for ps, hs in _chunks(share, q, k):
+            groups = (ps.stop - ps.start, hs.stop - hs.start)
             for rows in _query_blocks(tq):
                 bq = rows.stop - rows.start
-                row_max = np.full((g, bq), -np.inf, dtype=q.dtype)
-                row_sum = np.zeros((g, bq), dtype=q.dtype)
-                acc = np.zeros((g, bq, v.shape[2]), dtype=q.dtype)
-                alpha = np.empty((g, bq), dtype=q.dtype)
-                for cols, crosses in _key_tiles(rows, k.shape[1], causal):
-                    scores = _scores(q_scaled, k_t, bias, groups, rows, cols)  # (g, bq, bk)
-                    shift_by_running_max(scores, row_max, alpha, rows.start, cols.start, crosses)
+                row_max = np.full(groups + (bq,), -np.inf, dtype=q.dtype)
+                row_sum = np.zeros(groups + (bq,), dtype=q.dtype)
+                acc = np.zeros(groups + (bq, v.shape[3]), dtype=q.dtype)
+                alpha = np.empty(groups + (bq,), dtype=q.dtype)
+                for cols, crosses in _key_tiles(rows, k.shape[2], causal):
+                    scores = _scores(q_scaled, k_t, bias, ps, hs, rows, cols)  # (p, h, bq, bk)
+                    bk = scores.shape[-1]
+                    shift_by_running_max(scores.reshape(-1, bq, bk), row_max.reshape(-1, bq), alpha.reshape(-1, bq),
+                                         rows.start, cols.start, crosses)
                     probs = np.exp(scores, out=scores)  # P = exp(S - m'), numpy's SIMD exp
                     row_sum *= alpha
-                    row_sum += probs @ ones[: probs.shape[-1]]
+                    row_sum += probs @ ones[:bk]
                     acc *= alpha[..., None]
-                    acc += probs @ v[groups, cols]  # (g, bq, dv)
+                    acc += probs @ v[ps, hs, cols]  # (p, h, bq, dv)
                 live = row_sum > 0
-                out[groups, rows] = acc / np.where(live, row_sum, 1)[..., None]
-                lse[groups, rows] = np.where(live, row_max + np.log(np.where(live, row_sum, 1)), -np.inf)
+                total = np.where(live, row_sum, 1)
+                out[ps, hs, rows] = acc / total[..., None]
+                lse[ps, hs, rows] = np.where(live, row_max + np.log(total), -np.inf)
 
-    run_over_groups(forward_share, n_groups, n_groups * tq * k.shape[1])
+    run_over_groups(forward_share, n_outer * n_inner, n_outer * n_inner * tq * k.shape[2])
     return out, lse
 
 
 def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias):
-    """Returns dq, dk, dv for the forward above."""
+    """Returns dq, dk, dv for the forward above, contiguous (P, Q, T, d)."""
     q_scaled = q * q.dtype.type(scale)
-    k_t, v_t = _transposed(k), _transposed(v)  # (G, d, Tk), (G, dv, Tk)
-    delta = (grad_out * out) @ np.ones(out.shape[-1], dtype=out.dtype)  # rowsum(dO * O): (G, Tq)
-    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    k_t, v_t = _transposed(k), _transposed(v)  # (P, Q, d, Tk), (P, Q, dv, Tk)
+    delta = (grad_out * out) @ np.ones(out.shape[3], dtype=out.dtype)  # rowsum(dO * O): (P, Q, Tq)
+    # Contiguous accumulators: adding into the strided layout of q would cost a 4-D iteration per tile.
+    dq, dk, dv = np.zeros(q.shape, q.dtype), np.zeros(k.shape, q.dtype), np.zeros(v.shape, q.dtype)
+    tq = q.shape[2]
 
     def backward_share(share: slice) -> None:
-        for groups in _group_chunks(share, _tile_bytes(q, k)):
-            for rows in _query_blocks(q.shape[1]):
-                grad_o = grad_out[groups, rows]  # (g, bq, dv)
-                row_lse = np.ascontiguousarray(lse[groups, rows])
-                row_delta = np.ascontiguousarray(delta[groups, rows])
-                for cols, crosses in _key_tiles(rows, k.shape[1], causal):
-                    scores = _scores(q_scaled, k_t, bias, groups, rows, cols)  # (g, bq, bk)
-                    shift_by_lse(scores, row_lse, rows.start, cols.start, crosses)
+        for ps, hs in _chunks(share, q, k):
+            for rows in _query_blocks(tq):
+                bq = rows.stop - rows.start
+                grad_o = grad_out[ps, hs, rows]  # (p, h, bq, dv)
+                row_lse = np.ascontiguousarray(lse[ps, hs, rows]).reshape(-1, bq)
+                row_delta = np.ascontiguousarray(delta[ps, hs, rows]).reshape(-1, bq)
+                for cols, crosses in _key_tiles(rows, k.shape[2], causal):
+                    scores = _scores(q_scaled, k_t, bias, ps, hs, rows, cols)  # (p, h, bq, bk)
+                    bk = scores.shape[-1]
+                    shift_by_lse(scores.reshape(-1, bq, bk), row_lse, rows.start, cols.start, crosses)
                     probs = np.exp(scores, out=scores)  # P = exp(S - lse), recomputed instead of stored
-                    dv[groups, cols] += probs.transpose(0, 2, 1) @ grad_o  # dV += P^T dO: (g, bk, dv)
-                    grad_scores = grad_o @ v_t[groups, :, cols]  # dP = dO V^T: (g, bq, bk)
-                    score_gradient(probs, grad_scores, row_delta)  # dS = P (dP - delta)
-                    dq[groups, rows] += grad_scores @ k[groups, cols]  # (g, bq, d)
-                    dk[groups, cols] += grad_scores.transpose(0, 2, 1) @ q_scaled[groups, rows]  # (g, bk, d)
+                    dv[ps, hs, cols] += probs.swapaxes(-1, -2) @ grad_o  # dV += P^T dO: (p, h, bk, dv)
+                    grad_scores = grad_o @ v_t[ps, hs, :, cols]  # dP = dO V^T: (p, h, bq, bk)
+                    score_gradient(probs.reshape(-1, bq, bk), grad_scores.reshape(-1, bq, bk), row_delta,
+                                   scale)  # scale * dS, dS = P (dP - delta)
+                    dq[ps, hs, rows] += grad_scores @ k[ps, hs, cols]  # dQ += scale dS K: (p, h, bq, d)
+                    dk[ps, hs, cols] += grad_scores.swapaxes(-1, -2) @ q[ps, hs, rows]  # dK += scale dS^T Q
 
-    run_over_groups(backward_share, q.shape[0], q.shape[0] * q.shape[1] * k.shape[1])
-    dq *= q.dtype.type(scale)
+    n_groups = q.shape[0] * q.shape[1]
+    run_over_groups(backward_share, n_groups, n_groups * tq * k.shape[2])
     return dq, dk, dv
 
 

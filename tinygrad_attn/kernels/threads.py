@@ -34,7 +34,7 @@ import numpy as np
 # Score elements (groups x Tq x Tk) from which the thread pool pays. Measured with 2 threads, fwd + bwd:
 # (G, T, d) = (64, 256, 32): 29 ms on one thread with 2-thread BLAS, 32 ms on the pool;
 # (32, 1024, 64): 201 vs 153 ms; (8, 4096, 64): 745 vs 546 ms.
-MIN_PARALLEL_WORK = 1 << 24
+MIN_PARALLEL_WORK = 1 << 20
 
 
 def _openblas_library() -> ctypes.CDLL | None:
