@@ -4,7 +4,7 @@ Shapes: q (P, Q, Tq, d), k (P, Q, Tk, d), v (P, Q, Tk, dv): a grid of
 G = P x Q independent groups, (batch, heads) for multi-head attention, taken
 where they lie in memory (see `as_group_grid`). The queries are cut into
 blocks of BLOCK_Q rows and the keys into blocks of BLOCK_K columns. For one
-query block, each key tile gives scores S = (q * scale) k^T of shape
+query block, each key tile gives scores S = q (k * scale)^T of shape
 (p, h, bq, bk), on numpy's BLAS; the numba kernel `shift_by_running_max`
 masks the tile and subtracts the new running max, numpy's SIMD exp turns it
 into probabilities, and the tile is folded into a running row max m, running
@@ -184,16 +184,19 @@ def _bias_tile(bias: np.ndarray | None, ps: slice, hs: slice, rows: slice, cols:
     return bias[tuple(i if n > 1 else slice(None) for i, n in zip(index, bias.shape))]
 
 
-def _transposed(a: np.ndarray) -> np.ndarray:
-    """(P, Q, T, d) -> contiguous (P, Q, d, T). numpy's batched matmul leaves BLAS when its right operand
-    is a transposed view (measured 3-4x slower for small tiles), so k^T and v^T are laid out once per call."""
-    return np.ascontiguousarray(a.swapaxes(-1, -2))
+def _transposed(a: np.ndarray, factor: float = 1.0) -> np.ndarray:
+    """(p, h, T, d) -> factor * a^T, contiguous (p, h, d, T), in one pass. numpy's batched matmul leaves
+    BLAS when its right operand is a transposed view (measured 3-4x slower for small tiles), so k^T and
+    v^T are laid out once per chunk of groups, by the thread that uses them."""
+    out = np.empty(a.shape[:2] + a.shape[:1:-1], a.dtype)
+    return np.multiply(a.swapaxes(-1, -2), a.dtype.type(factor), out=out)
 
 
-def _scores(q_scaled, k_t, bias, ps, hs, rows, cols):
-    """S = (q * scale) k^T (+ mask) for one tile: (p, h, bq, bk), on BLAS. k_t is k transposed, (P, Q, d, Tk)."""
-    scores = q_scaled[ps, hs, rows] @ k_t[ps, hs, :, cols]
-    tile = _bias_tile(bias, ps, hs, rows, cols)
+def _scores(q, k_scaled_t, bias, groups, rows, cols):
+    """S = q (k * scale)^T (+ mask) for one tile: (p, h, bq, bk), on BLAS. `groups` is (P slice, Q slice)
+    of the grid, k_scaled_t the chunk's scaled k transposed, (p, h, d, Tk)."""
+    scores = q[groups + (rows,)] @ k_scaled_t[..., cols]
+    tile = _bias_tile(bias, *groups, rows, cols)
     if tile is not None:
         scores += tile
     return scores
@@ -205,35 +208,33 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
     Returns out (P, Q, Tq, dv), laid out like q, and lse (P, Q, Tq).
     """
     n_outer, n_inner, tq, _ = q.shape
-    q_scaled = q * q.dtype.type(scale)
-    k_t = _transposed(k)  # (P, Q, d, Tk)
     ones = np.ones(k.shape[2], dtype=q.dtype)  # P @ ones sums rows 3-4x faster than P.sum(-1)
     out = _empty_like_layout(q, v.shape[3])
     lse = np.empty((n_outer, n_inner, tq), dtype=q.dtype)
 
     def forward_share(share: slice) -> None:  # one thread's groups, chunk by chunk, tile by tile
-        for ps, hs in _chunks(share, q, k):
-            groups = (ps.stop - ps.start, hs.stop - hs.start)
+        for groups in _chunks(share, q, k):
+            k_scaled_t = _transposed(k[groups], scale)  # (p, h, d, Tk)
             for rows in _query_blocks(tq):
-                bq = rows.stop - rows.start
-                row_max = np.full(groups + (bq,), -np.inf, dtype=q.dtype)
-                row_sum = np.zeros(groups + (bq,), dtype=q.dtype)
-                acc = np.zeros(groups + (bq, v.shape[3]), dtype=q.dtype)
-                alpha = np.empty(groups + (bq,), dtype=q.dtype)
+                shape = (groups[0].stop - groups[0].start, groups[1].stop - groups[1].start, rows.stop - rows.start)
+                row_max = np.full(shape, -np.inf, dtype=q.dtype)  # (p, h, bq)
+                row_sum = np.zeros(shape, dtype=q.dtype)
+                acc = np.zeros(shape + (v.shape[3],), dtype=q.dtype)  # (p, h, bq, dv)
+                alpha = np.empty(shape, dtype=q.dtype)
                 for cols, crosses in _key_tiles(rows, k.shape[2], causal):
-                    scores = _scores(q_scaled, k_t, bias, ps, hs, rows, cols)  # (p, h, bq, bk)
+                    scores = _scores(q, k_scaled_t, bias, groups, rows, cols)  # (p, h, bq, bk)
                     bk = scores.shape[-1]
-                    shift_by_running_max(scores.reshape(-1, bq, bk), row_max.reshape(-1, bq), alpha.reshape(-1, bq),
-                                         rows.start, cols.start, crosses)
+                    shift_by_running_max(scores.reshape(-1, shape[2], bk), row_max.reshape(-1, shape[2]),
+                                         alpha.reshape(-1, shape[2]), rows.start, cols.start, crosses)
                     probs = np.exp(scores, out=scores)  # P = exp(S - m'), numpy's SIMD exp
                     row_sum *= alpha
                     row_sum += probs @ ones[:bk]
                     acc *= alpha[..., None]
-                    acc += probs @ v[ps, hs, cols]  # (p, h, bq, dv)
+                    acc += probs @ v[groups + (cols,)]  # (p, h, bq, dv)
                 live = row_sum > 0
                 total = np.where(live, row_sum, 1)
-                out[ps, hs, rows] = acc / total[..., None]
-                lse[ps, hs, rows] = np.where(live, row_max + np.log(total), -np.inf)
+                out[groups + (rows,)] = acc / total[..., None]
+                lse[groups + (rows,)] = np.where(live, row_max + np.log(total), -np.inf)
 
     run_over_groups(forward_share, n_outer * n_inner, n_outer * n_inner * tq * k.shape[2])
     return out, lse
@@ -241,31 +242,31 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
 
 def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias):
     """Returns dq, dk, dv for the forward above, contiguous (P, Q, T, d)."""
-    q_scaled = q * q.dtype.type(scale)
-    k_t, v_t = _transposed(k), _transposed(v)  # (P, Q, d, Tk), (P, Q, dv, Tk)
-    delta = (grad_out * out) @ np.ones(out.shape[3], dtype=out.dtype)  # rowsum(dO * O): (P, Q, Tq)
     # Contiguous accumulators: adding into the strided layout of q would cost a 4-D iteration per tile.
     dq, dk, dv = np.zeros(q.shape, q.dtype), np.zeros(k.shape, q.dtype), np.zeros(v.shape, q.dtype)
+    ones = np.ones(out.shape[3], dtype=out.dtype)
     tq = q.shape[2]
 
     def backward_share(share: slice) -> None:
-        for ps, hs in _chunks(share, q, k):
+        for groups in _chunks(share, q, k):
+            k_scaled_t, v_t = _transposed(k[groups], scale), _transposed(v[groups])  # (p, h, d, Tk), (p, h, dv, Tk)
+            delta = (grad_out[groups] * out[groups]) @ ones  # rowsum(dO * O): (p, h, Tq)
             for rows in _query_blocks(tq):
                 bq = rows.stop - rows.start
-                grad_o = grad_out[ps, hs, rows]  # (p, h, bq, dv)
-                row_lse = np.ascontiguousarray(lse[ps, hs, rows]).reshape(-1, bq)
-                row_delta = np.ascontiguousarray(delta[ps, hs, rows]).reshape(-1, bq)
+                grad_o = grad_out[groups + (rows,)]  # (p, h, bq, dv)
+                row_lse = np.ascontiguousarray(lse[groups + (rows,)]).reshape(-1, bq)
+                row_delta = np.ascontiguousarray(delta[..., rows]).reshape(-1, bq)
                 for cols, crosses in _key_tiles(rows, k.shape[2], causal):
-                    scores = _scores(q_scaled, k_t, bias, ps, hs, rows, cols)  # (p, h, bq, bk)
+                    scores = _scores(q, k_scaled_t, bias, groups, rows, cols)  # (p, h, bq, bk)
                     bk = scores.shape[-1]
                     shift_by_lse(scores.reshape(-1, bq, bk), row_lse, rows.start, cols.start, crosses)
                     probs = np.exp(scores, out=scores)  # P = exp(S - lse), recomputed instead of stored
-                    dv[ps, hs, cols] += probs.swapaxes(-1, -2) @ grad_o  # dV += P^T dO: (p, h, bk, dv)
-                    grad_scores = grad_o @ v_t[ps, hs, :, cols]  # dP = dO V^T: (p, h, bq, bk)
+                    dv[groups + (cols,)] += probs.swapaxes(-1, -2) @ grad_o  # dV += P^T dO: (p, h, bk, dv)
+                    grad_scores = grad_o @ v_t[..., cols]  # dP = dO V^T: (p, h, bq, bk)
                     score_gradient(probs.reshape(-1, bq, bk), grad_scores.reshape(-1, bq, bk), row_delta,
                                    scale)  # scale * dS, dS = P (dP - delta)
-                    dq[ps, hs, rows] += grad_scores @ k[ps, hs, cols]  # dQ += scale dS K: (p, h, bq, d)
-                    dk[ps, hs, cols] += grad_scores.swapaxes(-1, -2) @ q[ps, hs, rows]  # dK += scale dS^T Q
+                    dq[groups + (rows,)] += grad_scores @ k[groups + (cols,)]  # dQ += scale dS K: (p, h, bq, d)
+                    dk[groups + (cols,)] += grad_scores.swapaxes(-1, -2) @ q[groups + (rows,)]  # dK += scale dS^T Q
 
     n_groups = q.shape[0] * q.shape[1]
     run_over_groups(backward_share, n_groups, n_groups * tq * k.shape[2])
