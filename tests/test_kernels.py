@@ -132,6 +132,55 @@ def test_flash_and_weights_paths_agree_on_gradients_in_float32(small_blocks, t, 
         np.testing.assert_allclose(flash_grad, dense_grad, rtol=1e-4, atol=1e-5)
 
 
+@given(b=st.integers(1, 3), t=st.integers(1, 9), heads=st.integers(1, 4), causal=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_flash_attention_on_head_split_views(small_blocks, b, t, heads, causal, seed):
+    """q, k, v split into heads by reshape (B, T, H, d) + transpose are strided views; the kernel reads
+    them in place and returns the output interleaved the same way, so merging the heads is free."""
+    rng = np.random.default_rng(seed)
+    x = [rng.normal(size=(b, t, heads * 2)) for _ in range(3)]
+    q, k, v = (ta.Tensor(a, requires_grad=True) for a in x)
+    split = [a.reshape(b, t, heads, 2).transpose(1, 2) for a in (q, k, v)]  # (B, H, T, 2), not contiguous
+    padding = rng.random((b, 1, 1, t)) > 0.2
+    out = F.scaled_dot_product_attention(*split, mask=padding, is_causal=causal)
+    dense = [np.ascontiguousarray(a.data) for a in split]
+    bias = np.where(padding, 0.0, -np.inf)
+    np.testing.assert_allclose(out.data, attention.attention_reference(*dense, 2**-0.5, causal, bias),
+                               rtol=1e-12, atol=1e-12)
+    merged = out.transpose(1, 2)
+    assert merged.data.flags.c_contiguous or heads == 1 or t == 1
+    merged.reshape(b, t, heads * 2).sum().backward()
+    reference = [ta.Tensor(a, requires_grad=True) for a in x]
+    split_ref = [a.reshape(b, t, heads, 2).transpose(1, 2) for a in reference]
+    out_ref, _ = F.scaled_dot_product_attention(*split_ref, mask=padding, is_causal=causal, return_weights=True)
+    out_ref.sum().backward()
+    for got, want in zip((q, k, v), reference):
+        np.testing.assert_allclose(got.grad.data, want.grad.data, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("lead", [(), (5,), (2, 2, 3)])
+def test_flash_attention_any_number_of_leading_dims(small_blocks, lead):
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=lead + (6, 3)) for _ in range(3))
+    mask = rng.random(lead[:1] + (1,) * max(len(lead) - 1, 0) + (6, 6)) > 0.3 if lead else None
+    bias = None if mask is None else np.where(mask, 0.0, -np.inf)
+    out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), mask=mask, is_causal=True)
+    np.testing.assert_allclose(out.data, attention.attention_reference(q, k, v, 3**-0.5, True, bias),
+                               rtol=1e-12, atol=1e-12)
+
+
+@given(n_outer=st.integers(1, 5), n_inner=st.integers(1, 6), size=st.integers(1, 40), data=st.data())
+def test_group_chunks_cover_each_group_once(n_outer, n_inner, size, data):
+    n = n_outer * n_inner
+    start = data.draw(st.integers(0, n))
+    stop = data.draw(st.integers(start, n))
+    covered = []
+    for ps, hs in attention._group_chunks(slice(start, stop), n_inner, size):
+        assert (ps.stop - ps.start) * (hs.stop - hs.start) <= size
+        covered += [p * n_inner + h for p in range(ps.start, ps.stop) for h in range(hs.start, hs.stop)]
+    assert covered == list(range(start, stop))
+
+
 def test_flash_attention_keeps_memory_per_tile():
     """At T = 2048 a T x T float64 matrix would be 32 MiB per head; the tiles stay far smaller."""
     import tracemalloc
