@@ -127,11 +127,7 @@ def as_group_grid(a: np.ndarray) -> np.ndarray:
     lead = a.shape[:-2]
     if len(lead) <= 2:
         return a.reshape((1,) * (2 - len(lead)) + a.shape)
-    grid = (-1, lead[-1]) + a.shape[-2:]
-    try:
-        return np.reshape(a, grid, copy=False)
-    except ValueError:
-        return np.ascontiguousarray(a).reshape(grid)
+    return a.reshape((-1, lead[-1]) + a.shape[-2:])  # numpy copies only when the strides require it
 
 
 def _empty_like_layout(a: np.ndarray, last: int) -> np.ndarray:
