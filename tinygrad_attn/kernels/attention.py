@@ -229,16 +229,17 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
         for groups in _chunks(share, q, k):
             k_scaled_t = _transposed(k[groups], scale)  # (p, h, d, Tk)
             for rows in _query_blocks(tq):
-                shape = (groups[0].stop - groups[0].start, groups[1].stop - groups[1].start, rows.stop - rows.start)
-                row_max = np.full(shape, -np.inf, dtype=q.dtype)  # (p, h, bq)
+                bq = rows.stop - rows.start
+                shape = (groups[0].stop - groups[0].start, groups[1].stop - groups[1].start, bq)  # (p, h, bq)
+                row_max = np.full(shape, -np.inf, dtype=q.dtype)
                 row_sum = np.zeros(shape, dtype=q.dtype)
                 acc = np.zeros(shape + (v.shape[3],), dtype=q.dtype)  # (p, h, bq, dv)
                 alpha = np.empty(shape, dtype=q.dtype)
                 for cols, crosses in _key_tiles(rows, k.shape[2], causal):
                     scores = _scores(q, k_scaled_t, bias, groups, rows, cols)  # (p, h, bq, bk)
                     bk = scores.shape[-1]
-                    shift_by_running_max(scores.reshape(-1, shape[2], bk), row_max.reshape(-1, shape[2]),
-                                         alpha.reshape(-1, shape[2]), rows.start, cols.start, crosses)
+                    shift_by_running_max(scores.reshape(-1, bq, bk), row_max.reshape(-1, bq), alpha.reshape(-1, bq),
+                                         rows.start, cols.start, crosses)
                     probs = np.exp(scores, out=scores)  # P = exp(S - m'), numpy's SIMD exp
                     row_sum *= alpha
                     row_sum += probs @ ones[:bk]
