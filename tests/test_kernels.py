@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from numba import njit
 
 import tinygrad_attn as ta
 from tinygrad_attn import functional as F
@@ -167,6 +168,59 @@ def test_flash_attention_any_number_of_leading_dims(small_blocks, lead):
     out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), mask=mask, is_causal=True)
     np.testing.assert_allclose(out.data, attention.attention_reference(q, k, v, 3**-0.5, True, bias),
                                rtol=1e-12, atol=1e-12)
+
+
+@njit  # not cached: a cache here would not see a change to the exp it calls in another file
+def _exp_each(x):
+    out = np.empty_like(x)
+    for i in range(x.size):
+        out[i] = attention.exp_vectorizable(x[i])
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_vectorizable_exp_matches_numpy_within_two_ulp(dtype):
+    """Over the range the tile kernels use it on (s <= 0), down to where exp leaves the normal floats."""
+    low = -87.0 if dtype == np.float32 else -708.0
+    rng = np.random.default_rng(0)
+    s = np.concatenate([np.linspace(low, 0, 100_001), -rng.exponential(3, 10_000), [0.0, -1e-30, -0.5, -np.log(2)]])
+    s = s.astype(dtype)
+    got, want = _exp_each(s), np.exp(s)
+    assert got.dtype == dtype
+    assert np.max(np.abs(got - want) / np.spacing(want)) <= 2
+    assert _exp_each(np.array([-np.inf], dtype))[0] == 0  # a masked score: exactly zero probability
+    assert np.all(_exp_each(np.array([low - 1, -1e4], dtype)) <= np.finfo(dtype).tiny)  # may flush to 0
+
+
+@pytest.mark.parametrize("lead", [(), (2,), (2, 3)])
+@given(t=st.integers(1, 9), heads=st.integers(1, 3), causal=st.booleans(), masked=st.booleans(),
+       strided=st.booleans(), seed=st.integers(0, 2**16))
+def test_packed_self_attention_is_attention_on_the_split_heads(small_blocks, lead, t, heads, causal, masked,
+                                                               strided, seed):
+    """qkv (..., T, 3, H, d): the same output and gradients as scaled_dot_product_attention on q, k, v
+    moved to (..., H, T, d), and a float64 gradcheck; `strided` makes qkv a non-contiguous view."""
+    rng = np.random.default_rng(seed)
+    shape = lead + (t, 3, heads, 2)
+    data = rng.normal(size=shape[:-1] + (4,))[..., ::2] if strided else rng.normal(size=shape)
+    mask = rng.random(lead[:1] + (1,) * (len(lead) > 1) + (1, t, t)) > 0.3 if masked else None
+    qkv = ta.Tensor(data, requires_grad=True)
+    out = F.packed_self_attention(qkv, mask=mask, is_causal=causal)
+    assert out.shape == lead + (t, heads, 2)
+
+    split = ta.Tensor(data, requires_grad=True)
+    q, k, v = (split[..., i, :, :].transpose(-3, -2) for i in range(3))  # (..., H, T, d)
+    expected = F.scaled_dot_product_attention(q, k, v, mask=mask, is_causal=causal).transpose(-3, -2)
+    np.testing.assert_allclose(out.data, expected.data, rtol=1e-12, atol=1e-12)
+    grad = rng.normal(size=out.shape)
+    out.backward(grad)
+    expected.backward(grad)
+    np.testing.assert_allclose(qkv.grad.data, split.grad.data, rtol=1e-10, atol=1e-12)
+    assert ta.gradcheck(lambda x: F.packed_self_attention(x, mask=mask, is_causal=causal), [qkv])
+
+
+def test_packed_self_attention_rejects_other_shapes():
+    with pytest.raises(ValueError, match=r"qkv must be \(\.\.\., T, 3, H, d\), got shape \(2, 5, 2, 4\)"):
+        F.packed_self_attention(ta.Tensor(np.zeros((2, 5, 2, 4))))
 
 
 @given(n_outer=st.integers(1, 5), n_inner=st.integers(1, 6), size=st.integers(1, 40), data=st.data())

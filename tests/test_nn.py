@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import tinygrad_attn as ta
 from tinygrad_attn import nn
+from tinygrad_attn.nn.layers import PackedLinearFunction
 
 
 def double(module):
@@ -27,6 +28,18 @@ def test_linear(data, lead, n_in, n_out, bias):
     expected = x @ layer.weight.data.T + (layer.bias.data if bias else 0)
     np.testing.assert_allclose(layer(ta.Tensor(x)).data, expected)
     assert check_module(layer, [ta.Tensor(x, requires_grad=True)])
+
+
+@given(data=st.data(), lead=shapes(0, 2), n_in=st.integers(1, 4), outs=st.lists(st.integers(1, 3), min_size=1,
+       max_size=3), bias=st.booleans())
+def test_packed_linear_is_the_layers_side_by_side(data, lead, n_in, outs, bias):
+    layers = [double(nn.Linear(n_in, n, bias)) for n in outs]
+    x = ta.Tensor(data.draw(arrays(lead + (n_in,))), requires_grad=True)
+    params = [layer.weight for layer in layers] + ([layer.bias for layer in layers] if bias else [])
+    packed = lambda x_, *ps: PackedLinearFunction.apply(x_, *ps, count=len(outs))  # noqa: E731
+    expected = np.concatenate([layer(x).data for layer in layers], axis=-1)
+    np.testing.assert_allclose(packed(x, *params).data, expected, rtol=1e-12, atol=1e-12)
+    assert ta.gradcheck(packed, [x] + params, max_elements=64)
 
 
 def test_linear_init_matches_pytorch_bounds():
@@ -116,6 +129,41 @@ def test_multi_head_attention_gradcheck(need_weights, b, tq, tk, heads, causal, 
         return (out, w) if need_weights else out
 
     assert check_module(mha, [q, k, v], attend)
+
+
+@pytest.mark.parametrize("unbatched", [False, True])
+@given(b=st.integers(1, 2), t=st.integers(1, 4), heads=st.sampled_from([1, 2]), causal=st.booleans(),
+       padded=st.booleans(), bias=st.booleans(), seed=st.integers(0, 2**16))
+def test_self_attention_packed_path_has_the_same_maths(unbatched, b, t, heads, causal, padded, bias, seed):
+    """mha(x) runs the packed projection and packed attention; mha(x, x', x') with x' a copy of x runs the
+    separate ones. Same output, same gradients (x's is the sum of the three), and a float64 gradcheck."""
+    rng = np.random.default_rng(seed)
+    mha = double(nn.MultiHeadAttention(4, heads, bias=bias))
+    data = rng.normal(size=(t, 4) if unbatched else (b, t, 4))
+    mask = ta.padding_mask(rng.integers(1, t + 1, b), t) if padded and not unbatched else None
+    grad = rng.normal(size=data.shape)
+    seen = []
+    ta.tensor._forward_hooks.append(lambda ctx, out: seen.append(ctx.function.__name__))
+    try:
+        x = ta.Tensor(data, requires_grad=True)
+        packed, _ = mha(x, mask=mask, is_causal=causal, need_weights=False)
+    finally:
+        ta.tensor._forward_hooks.pop()
+    assert "PackedLinearFunction" in seen and "PackedFlashAttention" in seen and "LinearFunction" in seen
+    packed.backward(grad)
+    packed_grads = [x.grad.data] + [p.grad.data for p in mha.parameters()]
+
+    mha.zero_grad()
+    inputs = [ta.Tensor(data, requires_grad=True) for _ in range(3)]
+    separate, _ = mha(*inputs, mask=mask, is_causal=causal, need_weights=False)
+    separate.backward(grad)
+    np.testing.assert_allclose(packed.data, separate.data, rtol=1e-12, atol=1e-12)
+    separate_grads = [sum(i.grad.data for i in inputs)] + [p.grad.data for p in mha.parameters()]
+    for got, want in zip(packed_grads, separate_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+    x = ta.Tensor(data, requires_grad=True)
+    assert check_module(mha, [x], lambda x_, *ps: mha(x_, mask=mask, is_causal=causal, need_weights=False)[0])
 
 
 def test_multi_head_attention_shapes_rows_and_causality():

@@ -242,6 +242,49 @@ class FlashAttention(Function):
         return tuple(d.reshape(ctx.lead + d.shape[2:]) for d in (dq, dk, dv))
 
 
+class PackedFlashAttention(Function):
+    """Self-attention on packed projections: qkv (..., T, 3, H, d) -> (..., T, H, d).
+
+    q, k and v are read as (..., H, T, d) views of qkv, the output comes out in (..., T, H, d) order, and
+    the backward writes the three gradients into one packed array: the projection before and the one
+    after each stay a single matmul, with no copy to split or merge the heads.
+    """
+
+    @staticmethod
+    def forward(ctx, qkv, scale, causal, bias):
+        lead = qkv.shape[:-4] + qkv.shape[-2:-1]  # (..., H)
+        q, k, v = (as_group_grid(np.swapaxes(qkv[..., i, :, :], -3, -2)) for i in range(3))  # (P, Q, T, d)
+        bias = grid_bias(bias, lead)
+        out, lse = flash_attention_forward(q, k, v, scale, causal, bias)  # laid out like q: (..., T, H, d)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.scale, ctx.causal, ctx.bias, ctx.packed_shape = scale, causal, bias, qkv.shape
+        return np.swapaxes(out.reshape(lead + out.shape[2:]), -3, -2)  # (..., T, H, d)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, out, lse = ctx.saved_tensors
+        grad_qkv = np.zeros(ctx.packed_shape, grad.dtype)  # (..., T, 3, H, d)
+        targets = tuple(as_group_grid(np.swapaxes(grad_qkv[..., i, :, :], -3, -2)) for i in range(3))  # views
+        grad4 = as_group_grid(np.swapaxes(grad, -3, -2))  # (P, Q, T, d)
+        flash_attention_backward(grad4, q, k, v, out, lse, ctx.scale, ctx.causal, ctx.bias, grads=targets)
+        return grad_qkv
+
+
+def packed_self_attention(qkv: Tensor, mask: Any = None, is_causal: bool = False, scale: float | None = None) -> Tensor:
+    """Self-attention on packed q, k, v projections, qkv (..., T, 3, H, d) -> (..., T, H, d).
+
+    The same maths and masks as `scaled_dot_product_attention` on the heads q = qkv[..., 0, :, :] moved
+    to (..., H, T, d), and likewise k and v: the mask broadcasts to (..., H, T, T). Reshaping the result
+    to (..., T, H * d) merges the heads for free. Always the fused kernel: no weights, no dropout.
+    """
+    if qkv.ndim < 4 or qkv.shape[-3] != 3:
+        raise ValueError(f"packed_self_attention: qkv must be (..., T, 3, H, d), got shape {qkv.shape}")
+    *lead, t, _, heads, d = qkv.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    mask = _attention_mask(mask, (*lead, heads, t, t))
+    return PackedFlashAttention.apply(qkv, scale=scale, causal=is_causal, bias=_additive(mask, qkv.dtype))
+
+
 def _attention_mask(mask: Any, shape: tuple[int, ...]) -> np.ndarray | None:
     """Check that `mask` broadcasts to the scores' shape (..., Tq, Tk); returns its array."""
     if mask is None:
@@ -256,6 +299,13 @@ def _attention_mask(mask: Any, shape: tuple[int, ...]) -> np.ndarray | None:
     if not fits:
         raise ValueError(f"mask: shape {mask.shape} does not broadcast to the attention scores' shape {shape}")
     return mask
+
+
+def _additive(mask: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
+    """The flash kernels' form of a mask: added to the scores, so a bool mask becomes 0 (attend) or -inf."""
+    if mask is None or mask.dtype != np.bool_:
+        return mask
+    return np.where(mask, 0.0, -np.inf).astype(dtype)
 
 
 def scaled_dot_product_attention(
@@ -286,10 +336,7 @@ def scaled_dot_product_attention(
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     mask = _attention_mask(mask, q.shape[:-1] + (k.shape[-2],))
     if not return_weights and dropout_p == 0.0:
-        bias = None
-        if mask is not None:
-            bias = np.where(mask, 0.0, -np.inf).astype(q.dtype) if mask.dtype == np.bool_ else mask
-        return FlashAttention.apply(q, k, v, scale=scale, causal=is_causal, bias=bias)
+        return FlashAttention.apply(q, k, v, scale=scale, causal=is_causal, bias=_additive(mask, q.dtype))
 
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
     keep = None

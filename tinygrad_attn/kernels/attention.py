@@ -30,15 +30,18 @@ groups in chunks whose tile stays in cache (TILE_BYTES).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic, overload
 
 from . import SAFE_FASTMATH
 from .threads import run_over_groups
 
 BLOCK_Q = 128
 BLOCK_K = 256
-
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
@@ -60,44 +63,132 @@ def max_of_prefix(row, limit, start):
     return m
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
-def shift_by_running_max(scores, row_max, alpha, q_start, k_start, causal):
-    """One tile's share of the online softmax, before the exponential; in place.
+@intrinsic
+def _float_from_bits(typingctx, bits):
+    """The float whose IEEE bits are `bits` (int32 -> float32, int64 -> float64): builds 2^n exactly."""
+    width = {types.int32: (types.float32, ir.FloatType()), types.int64: (types.float64, ir.DoubleType())}
+    if bits in width:
+        result, llvm_type = width[bits]
+        return result(bits), lambda context, builder, signature, args: builder.bitcast(args[0], llvm_type)
+    return None
 
-    scores (G, bq, bk): masks keys above the diagonal (key k_start + j is
-    hidden from query q_start + i when j > i + q_start - k_start) and
-    subtracts each row's new running max m' = max(m, max_j S_j).
-    row_max (G, bq) becomes m'; alpha (G, bq) receives exp(m - m'), the factor
-    that rescales what was accumulated under the old max.
+
+def exp_vectorizable(s):
+    """exp(s), in a form LLVM vectorises inside the tile kernels (numba's own exp calls libm one value at a time).
+
+    Compiled, it is exp(s) = 2^n e^r with n = round(s / ln 2) and r = s - n ln 2 in [-ln2/2, ln2/2]
+    (ln 2 split in two parts, so r is exact), e^r from its Taylor series (degree 7 for float32, 13
+    for float64: within 2 ulp of numpy's exp) and 2^n built from its exponent bits. Results below the
+    smallest normal float flush to 0, so exp(-inf) = 0. Measured on 1M float32 values: 0.22 ns per
+    value with the row sum, against 0.5 ns for numpy's exp alone. Without numba, this plain definition runs.
+    """
+    return math.exp(s)
+
+
+def _exp_float32(s):
+    n = np.rint(s * np.float32(1.4426950408889634))  # s / ln 2
+    r = s - n * np.float32(0.693145751953125) - n * np.float32(1.428606820309417e-06)  # ln 2 = hi + lo
+    p = np.float32(1 / 5040)
+    for c in (1 / 720, 1 / 120, 1 / 24, 1 / 6, 1 / 2, 1.0, 1.0):
+        p = p * r + np.float32(c)
+    two_n = _float_from_bits(np.int32((np.int32(n) + np.int32(127)) << np.int32(23)))
+    return np.float32(0.0) if s < np.float32(-87.0) else p * two_n
+
+
+def _exp_float64(s):
+    n = np.rint(s * 1.4426950408889634)
+    r = s - n * 0.6931471803691238 - n * 1.9082149292705877e-10
+    p = 1 / 6227020800
+    for c in (1 / 479001600, 1 / 39916800, 1 / 3628800, 1 / 362880, 1 / 40320, 1 / 5040, 1 / 720, 1 / 120,
+              1 / 24, 1 / 6, 1 / 2, 1.0, 1.0):
+        p = p * r + c
+    two_n = _float_from_bits((np.int64(n) + np.int64(1023)) << np.int64(52))
+    return 0.0 if s < -708.0 else p * two_n
+
+
+# No reassociation here: it would let LLVM merge (s - n hi) - n lo into s - n ln 2 and lose r's precision.
+@overload(exp_vectorizable, jit_options={"fastmath": {"contract", "nsz"}})
+def _exp_vectorizable_compiled(s):
+    return {types.float32: _exp_float32, types.float64: _exp_float64}.get(s)
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def visible_keys(i, bk, q_start, k_start, causal):
+    """How many leading keys of a tile row i may see: key k_start + j is hidden from query q_start + i when
+    j > i + q_start - k_start."""
+    return max(min(bk, q_start + i - k_start + 1), 0) if causal else bk
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def softmax_tile(scores, lse, q_start, k_start, causal):
+    """A query block's only key tile: scores (G, bq, bk) -> P = softmax(S) in place, lse (G, bq) = log sum exp S.
+
+    No running max is needed when the whole row is in one tile. Masked entries become 0; a row with
+    nothing to attend to is all 0 with lse = -inf.
     """
     groups, bq, bk = scores.shape
     for g in range(groups):
         for i in range(bq):
-            limit = max(min(bk, q_start + i - k_start + 1), 0) if causal else bk
-            m_old = row_max[g, i]
-            m = max_of_prefix(scores[g, i], limit, m_old)
-            shift = m if m > -np.inf else 0.0  # a row with nothing to attend to stays all -inf
+            row = scores[g, i]
+            limit = visible_keys(i, bk, q_start, k_start, causal)
+            m = max_of_prefix(row, limit, -np.inf)
+            if m == -np.inf:
+                limit = 0
+            total = row.dtype.type(0)
             for j in range(limit):
-                scores[g, i, j] -= shift
+                p = exp_vectorizable(row[j] - m)
+                row[j] = p
+                total += p
+            inverse = 1 / total if limit else 0
+            for j in range(limit):
+                row[j] *= inverse
             for j in range(limit, bk):
-                scores[g, i, j] = -np.inf
-            alpha[g, i] = np.exp(m_old - m) if m_old > -np.inf else 0.0
+                row[j] = 0
+            lse[g, i] = m + np.log(total) if limit else -np.inf
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def online_softmax_tile(scores, row_max, row_sum, alpha, q_start, k_start, causal):
+    """One key tile of a longer row, for the online softmax; in place.
+
+    scores (G, bq, bk) -> P = exp(S - m') with m' = max(m, max_j S_j) the new running max; masked
+    entries become 0. row_max (G, bq) becomes m'; alpha (G, bq) receives exp(m - m'), which rescales
+    what was accumulated under the old max; row_sum (G, bq) becomes l * alpha + sum_j P_j.
+    """
+    groups, bq, bk = scores.shape
+    for g in range(groups):
+        for i in range(bq):
+            row = scores[g, i]
+            limit = visible_keys(i, bk, q_start, k_start, causal)
+            m_old = row_max[g, i]
+            m = max_of_prefix(row, limit, m_old)
+            if m == -np.inf:  # nothing seen yet in this row: all its P are 0
+                limit = 0
+            total = row.dtype.type(0)
+            for j in range(limit):
+                p = exp_vectorizable(row[j] - m)
+                row[j] = p
+                total += p
+            for j in range(limit, bk):
+                row[j] = 0
+            rescale = exp_vectorizable(m_old - m) if m_old > -np.inf else 0
+            alpha[g, i] = rescale
+            row_sum[g, i] = row_sum[g, i] * rescale + total
             row_max[g, i] = m
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
-def shift_by_lse(scores, lse, q_start, k_start, causal):
-    """scores (G, bq, bk) -> S - lse in place (exp of it is P); -inf where masked or the row is dead."""
+def probs_from_lse(scores, lse, q_start, k_start, causal):
+    """scores (G, bq, bk) -> P = exp(S - lse) in place, recomputed for the backward; 0 where masked or dead."""
     groups, bq, bk = scores.shape
     for g in range(groups):
         for i in range(bq):
-            limit = max(min(bk, q_start + i - k_start + 1), 0) if causal else bk
-            if lse[g, i] == -np.inf:
-                limit = 0
+            row = scores[g, i]
+            limit = visible_keys(i, bk, q_start, k_start, causal) if lse[g, i] > -np.inf else 0
             for j in range(limit):
-                scores[g, i, j] -= lse[g, i]
+                row[j] = exp_vectorizable(row[j] - lse[g, i])
             for j in range(limit, bk):
-                scores[g, i, j] = -np.inf
+                row[j] = 0
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
@@ -130,13 +221,14 @@ def as_group_grid(a: np.ndarray) -> np.ndarray:
     return a.reshape((-1, lead[-1]) + a.shape[-2:])  # numpy copies only when the strides require it
 
 
-def _empty_like_layout(a: np.ndarray, last: int) -> np.ndarray:
+def _new_like_layout(a: np.ndarray, last: int, fill=np.empty) -> np.ndarray:
     """A new (P, Q, T, last) array laid out like `a`: when a's groups are interleaved within its rows
-    (heads split from (B, T, H, d)), so is the result, and merging the heads back is a free reshape."""
+    (heads split from (B, T, H, d)), so is the result, and merging the heads back is a free reshape.
+    `fill` is np.empty or np.zeros."""
     p, n, t, _ = a.shape
     if n > 1 and t > 1 and a.strides[1] < a.strides[2]:
-        return np.empty((p, t, n, last), a.dtype).transpose(0, 2, 1, 3)
-    return np.empty((p, n, t, last), a.dtype)
+        return fill((p, t, n, last), a.dtype).transpose(0, 2, 1, 3)
+    return fill((p, n, t, last), a.dtype)
 
 
 def _group_chunks(share: slice, n_inner: int, size: int):
@@ -221,45 +313,65 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
     Returns out (P, Q, Tq, dv), laid out like q, and lse (P, Q, Tq).
     """
     n_outer, n_inner, tq, _ = q.shape
-    ones = np.ones(k.shape[2], dtype=q.dtype)  # P @ ones sums rows 3-4x faster than P.sum(-1)
-    out = _empty_like_layout(q, v.shape[3])
+    out = _new_like_layout(q, v.shape[3])
     lse = np.empty((n_outer, n_inner, tq), dtype=q.dtype)
 
-    def forward_share(share: slice) -> None:  # one thread's groups, chunk by chunk, tile by tile
+    def forward_share(share: slice) -> None:  # one thread's groups, chunk by chunk, block by block
         for groups in _chunks(share, q, k):
             k_scaled_t = _transposed(k[groups], scale)  # (p, h, d, Tk)
             for rows in _query_blocks(tq):
-                bq = rows.stop - rows.start
-                shape = (groups[0].stop - groups[0].start, groups[1].stop - groups[1].start, bq)  # (p, h, bq)
-                row_max = np.full(shape, -np.inf, dtype=q.dtype)
-                row_sum = np.zeros(shape, dtype=q.dtype)
-                acc = np.zeros(shape + (v.shape[3],), dtype=q.dtype)  # (p, h, bq, dv)
-                alpha = np.empty(shape, dtype=q.dtype)
-                for cols, crosses in _key_tiles(rows, k.shape[2], causal):
-                    scores = _scores(q, k_scaled_t, bias, groups, rows, cols)  # (p, h, bq, bk)
-                    bk = scores.shape[-1]
-                    shift_by_running_max(scores.reshape(-1, bq, bk), row_max.reshape(-1, bq), alpha.reshape(-1, bq),
-                                         rows.start, cols.start, crosses)
-                    probs = np.exp(scores, out=scores)  # P = exp(S - m'), numpy's SIMD exp
-                    row_sum *= alpha
-                    row_sum += probs @ ones[:bk]
-                    acc *= alpha[..., None]
-                    acc += probs @ v[groups + (cols,)]  # (p, h, bq, dv)
-                live = row_sum > 0
-                total = np.where(live, row_sum, 1)
-                out[groups + (rows,)] = acc / total[..., None]
-                lse[groups + (rows,)] = np.where(live, row_max + np.log(total), -np.inf)
+                tiles = list(_key_tiles(rows, k.shape[2], causal))
+                attend = _attend_one_tile if len(tiles) == 1 else _attend_online
+                out[groups + (rows,)], lse[groups + (rows,)] = attend(q, k_scaled_t, v, bias, groups, rows, tiles)
 
     run_over_groups(forward_share, n_outer * n_inner, n_outer * n_inner * tq * k.shape[2])
     return out, lse
 
 
-def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias):
-    """Returns dq, dk, dv for the forward above, contiguous (P, Q, T, d)."""
-    # Contiguous accumulators: adding into the strided layout of q would cost a 4-D iteration per tile.
-    dq, dk, dv = np.zeros(q.shape, q.dtype), np.zeros(k.shape, q.dtype), np.zeros(v.shape, q.dtype)
+def _attend_one_tile(q, k_scaled_t, v, bias, groups, rows, tiles):
+    """softmax(S) V for a query block whose keys fit one tile: (p, h, bq, dv) and lse (p, h, bq)."""
+    ((cols, crosses),) = tiles
+    scores = _scores(q, k_scaled_t, bias, groups, rows, cols)  # (p, h, bq, bk)
+    p, h, bq, bk = scores.shape
+    lse = np.empty((p, h, bq), q.dtype)
+    softmax_tile(scores.reshape(-1, bq, bk), lse.reshape(-1, bq), rows.start, cols.start, crosses)  # P, in place
+    return scores @ v[groups + (cols,)], lse
+
+
+def _attend_online(q, k_scaled_t, v, bias, groups, rows, tiles):
+    """The same over several key tiles, with the online softmax's running max m, sum l and output acc."""
+    shape = (groups[0].stop - groups[0].start, groups[1].stop - groups[1].start, rows.stop - rows.start)
+    row_max, row_sum = np.full(shape, -np.inf, q.dtype), np.zeros(shape, q.dtype)  # m, l: (p, h, bq)
+    alpha = np.empty(shape, q.dtype)
+    acc = np.zeros(shape + (v.shape[3],), q.dtype)  # (p, h, bq, dv)
+    for cols, crosses in tiles:
+        scores = _scores(q, k_scaled_t, bias, groups, rows, cols)  # (p, h, bq, bk)
+        bq, bk = scores.shape[2:]
+        online_softmax_tile(scores.reshape(-1, bq, bk), row_max.reshape(-1, bq), row_sum.reshape(-1, bq),
+                            alpha.reshape(-1, bq), rows.start, cols.start, crosses)  # P = exp(S - m'), l, alpha
+        acc *= alpha[..., None]
+        acc += scores @ v[groups + (cols,)]  # acc' = acc * alpha + P V_tile: (p, h, bq, dv)
+    live = row_sum > 0
+    total = np.where(live, row_sum, 1)
+    return acc / total[..., None], np.where(live, row_max + np.log(total), -np.inf)
+
+
+def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, grads=None):
+    """Returns dq, dk, dv for the forward above, (P, Q, T, d).
+
+    `grads` may give three zero-filled (P, Q, T, d) arrays, any layout with unit-stride rows, that receive
+    the gradients (views into one packed gradient). Otherwise a gradient that each tile writes once (dq
+    when every query block meets one key tile, dk and dv when there is one query block) is written in
+    its input's layout, so merging heads is free, and one that tiles add into stays contiguous: adding
+    into the strided layout costs a 4-D iteration per tile.
+    """
+    tq, tk = q.shape[2], k.shape[2]
+    dq_once = len(list(_key_tiles(_last_block(tq), tk, causal))) <= 1
+    dkv_once = tq <= BLOCK_Q
+    targets = grads if grads is not None else (None, None, None)
+    dq, dk, dv = (_accumulator(target, a, once)
+                  for target, a, once in zip(targets, (q, k, v), (dq_once, dkv_once, dkv_once)))
     ones = np.ones(out.shape[3], dtype=out.dtype)
-    tq = q.shape[2]
 
     def backward_share(share: slice) -> None:
         for groups in _chunks(share, q, k):
@@ -270,21 +382,45 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias):
                 grad_o = grad_out[groups + (rows,)]  # (p, h, bq, dv)
                 row_lse = np.ascontiguousarray(lse[groups + (rows,)]).reshape(-1, bq)
                 row_delta = np.ascontiguousarray(delta[..., rows]).reshape(-1, bq)
-                for cols, crosses in _key_tiles(rows, k.shape[2], causal):
+                for cols, crosses in _key_tiles(rows, tk, causal):
                     scores = _scores(q, k_scaled_t, bias, groups, rows, cols)  # (p, h, bq, bk)
                     bk = scores.shape[-1]
-                    shift_by_lse(scores.reshape(-1, bq, bk), row_lse, rows.start, cols.start, crosses)
-                    probs = np.exp(scores, out=scores)  # P = exp(S - lse), recomputed instead of stored
-                    dv[groups + (cols,)] += probs.swapaxes(-1, -2) @ grad_o  # dV += P^T dO: (p, h, bk, dv)
+                    probs_from_lse(scores.reshape(-1, bq, bk), row_lse, rows.start, cols.start, crosses)  # P
+                    _write_or_add(dv, groups + (cols,), scores.swapaxes(-1, -2), grad_o, dkv_once)  # dV += P^T dO
                     grad_scores = grad_o @ v_t[..., cols]  # dP = dO V^T: (p, h, bq, bk)
-                    score_gradient(probs.reshape(-1, bq, bk), grad_scores.reshape(-1, bq, bk), row_delta,
+                    score_gradient(scores.reshape(-1, bq, bk), grad_scores.reshape(-1, bq, bk), row_delta,
                                    scale)  # scale * dS, dS = P (dP - delta)
-                    dq[groups + (rows,)] += grad_scores @ k[groups + (cols,)]  # dQ += scale dS K: (p, h, bq, d)
-                    dk[groups + (cols,)] += grad_scores.swapaxes(-1, -2) @ q[groups + (rows,)]  # dK += scale dS^T Q
+                    _write_or_add(dq, groups + (rows,), grad_scores, k[groups + (cols,)], dq_once)  # dQ += scale dS K
+                    _write_or_add(dk, groups + (cols,), grad_scores.swapaxes(-1, -2), q[groups + (rows,)],
+                                  dkv_once)  # dK += scale dS^T Q
 
     n_groups = q.shape[0] * q.shape[1]
-    run_over_groups(backward_share, n_groups, n_groups * tq * k.shape[2])
-    return dq, dk, dv
+    run_over_groups(backward_share, n_groups, n_groups * tq * tk)
+    for target, accumulated in zip(targets, (dq, dk, dv)):
+        if target is not None and target is not accumulated:
+            target[...] = accumulated
+    return tuple(accumulated if target is None else target for target, accumulated in zip(targets, (dq, dk, dv)))
+
+
+def _accumulator(target: np.ndarray | None, like: np.ndarray, once: bool) -> np.ndarray:
+    """Where tiles put a gradient: the target itself (or a zeroed array in like's layout) when each entry is
+    written once, a contiguous zeroed array when tiles add into it."""
+    if not once:
+        return np.zeros(like.shape, like.dtype)
+    return target if target is not None else _new_like_layout(like, like.shape[3], np.zeros)
+
+
+def _last_block(tq: int) -> slice:
+    """The last query block, the one that meets the most key tiles."""
+    return slice(max(0, (tq - 1) // BLOCK_Q * BLOCK_Q), tq)
+
+
+def _write_or_add(grad: np.ndarray, index: tuple, a: np.ndarray, b: np.ndarray, once: bool) -> None:
+    """grad[index] = a @ b when each entry of grad is written once, grad[index] += a @ b otherwise."""
+    if once:
+        np.matmul(a, b, out=grad[index])
+    else:
+        grad[index] += a @ b
 
 
 def attention_reference(q, k, v, scale, causal, bias):

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import functional as F
 from ..tensor import Tensor
-from .layers import Linear
+from .layers import Linear, PackedLinearFunction
 from .module import Module
 
 
@@ -21,6 +21,12 @@ class MultiHeadAttention(Module):
     v_proj take kdim and vdim inputs. `forward` returns (output, weights): the
     weights per head (B, H, Tq, Tk), averaged over heads when asked, or None
     with need_weights=False, which runs the fused flash-attention kernel.
+
+    Self-attention (key and value left out, or the query tensor itself) without
+    weights or dropout takes the packed path, as PyTorch's in_proj does: the
+    three projections run as one matmul on the stacked weights, and the heads
+    are read from and written to that packed (B, T, 3, H, d) array in place.
+    The maths is the same; only the number of matmuls and copies changes.
     """
 
     def __init__(
@@ -47,6 +53,13 @@ class MultiHeadAttention(Module):
         b, t, _ = x.shape
         return x.reshape(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # (B, T, E) -> (B, H, T, d)
 
+    def _project_packed(self, x: Tensor) -> Tensor:
+        """q, k and v of one input as one matmul, like PyTorch's packed in_proj: (B, T, E) -> (B, T, 3, H, d)."""
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        biases = tuple(p.bias for p in projections if p.bias is not None)
+        qkv = PackedLinearFunction.apply(x, *(p.weight for p in projections), *biases, count=3)  # (B, T, 3E)
+        return qkv.reshape(x.shape[0], x.shape[1], 3, self.num_heads, self.head_dim)
+
     def forward(
         self,
         query: Tensor,
@@ -59,22 +72,28 @@ class MultiHeadAttention(Module):
     ) -> tuple[Tensor, Tensor | None]:
         key = query if key is None else key
         value = key if value is None else value
+        self_attention = key is query and value is query
         unbatched = query.ndim == 2
         if unbatched:
             query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
         self._check_inputs(query, key, value)
         b, tq, e = query.shape
-
-        q = self._split_heads(self.q_proj(query))  # (B, H, Tq, d)
-        k = self._split_heads(self.k_proj(key))  # (B, H, Tk, d)
-        v = self._split_heads(self.v_proj(value))  # (B, H, Tk, d)
         dropout_p = self.dropout if self.training else 0.0
-        attended = F.scaled_dot_product_attention(
-            q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p, return_weights=need_weights
-        )  # softmax(q k^T / sqrt(d)) v: (B, H, Tq, d), weights (B, H, Tq, Tk); checks mask against (B, H, Tq, Tk)
-        out, weights = attended if need_weights else (attended, None)
-        out = out.transpose(1, 2).reshape(b, tq, e)  # merge heads: (B, H, Tq, d) -> (B, Tq, E)
-        out = self.out_proj(out)  # (B, Tq, E)
+
+        if self_attention and not need_weights and dropout_p == 0.0:
+            qkv = self._project_packed(query)  # (B, T, 3, H, d)
+            out = F.packed_self_attention(qkv, mask=mask, is_causal=is_causal)  # (B, T, H, d), heads in place
+            weights = None
+        else:
+            q = self._split_heads(self.q_proj(query))  # (B, H, Tq, d)
+            k = self._split_heads(self.k_proj(key))  # (B, H, Tk, d)
+            v = self._split_heads(self.v_proj(value))  # (B, H, Tk, d)
+            attended = F.scaled_dot_product_attention(
+                q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p, return_weights=need_weights
+            )  # softmax(q k^T / sqrt(d)) v: (B, H, Tq, d), weights (B, H, Tq, Tk); checks mask against (B, H, Tq, Tk)
+            out, weights = attended if need_weights else (attended, None)
+            out = out.transpose(1, 2)  # (B, Tq, H, d)
+        out = self.out_proj(out.reshape(b, tq, e))  # merge heads, project: (B, Tq, E)
 
         if weights is not None and average_attn_weights:
             weights = weights.mean(dim=1)  # (B, Tq, Tk)

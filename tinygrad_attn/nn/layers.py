@@ -54,6 +54,32 @@ class LinearFunction(Function):
         return (grad_x, grad_weight, grad_bias)[: len(ctx.inputs)]
 
 
+class PackedLinearFunction(Function):
+    """Linear layers that share one input, as one matmul: y = x [W_1; ...; W_n]^T + [b_1, ..., b_n].
+
+    Inputs: x (..., in), then `count` weights W_i (out_i, in), then `count` biases b_i (out_i,) or none.
+    y (..., sum out_i) holds the layers' outputs side by side. The backward is LinearFunction's on the
+    stacked weight W (sum out_i, in); each layer's gradients are its blocks of dW = g^T X and db.
+    """
+
+    @staticmethod
+    def forward(ctx, x, *params, count):
+        weight = np.concatenate(params[:count])  # (sum out_i, in)
+        bias = np.concatenate(params[count:]) if len(params) > count else None  # (sum out_i,)
+        ctx.splits = np.cumsum([w.shape[0] for w in params[:count]])[:-1]  # where each layer's rows start
+        return LinearFunction.forward(ctx, x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        rows, weight = ctx.saved_tensors
+        g = grad.reshape(-1, grad.shape[-1])  # (N, sum out_i)
+        grad_x = (g @ weight).reshape(ctx.input_shape) if ctx.needs_input_grad[0] else None  # dX = g W
+        grad_weights = np.split(g.T @ rows, ctx.splits)  # dW = g^T X, cut into (out_i, in) blocks
+        n_biases = len(ctx.inputs) - 1 - len(grad_weights)
+        grad_biases = np.split(np.ones(g.shape[0], g.dtype) @ g, ctx.splits) if n_biases else []  # db = sum_n g_n
+        return (grad_x, *grad_weights, *grad_biases)
+
+
 class Linear(Module):
     """y = x W^T + b, W of shape (out_features, in_features), both ~ U(-1/sqrt(in), 1/sqrt(in))."""
 
