@@ -5,17 +5,20 @@ G = P x Q independent groups, (batch, heads) for multi-head attention, taken
 where they lie in memory (see `as_group_grid`). The queries are cut into
 blocks of BLOCK_Q rows and the keys into blocks of BLOCK_K columns. For one
 query block, each key tile gives scores S = q (k * scale)^T of shape
-(p, h, bq, bk), on numpy's BLAS; the numba kernel `shift_by_running_max`
-masks the tile and subtracts the new running max, numpy's SIMD exp turns it
-into probabilities, and the tile is folded into a running row max m, running
-sum l and running output acc (the online softmax):
+(p, h, bq, bk), on numpy's BLAS; the numba kernel `online_softmax_tile`
+masks the tile, turns it into probabilities in one pass over each row (with
+`exp_vectorizable`, an exp that LLVM vectorises), and the tile is folded into
+a running row max m, running sum l and running output acc (the online
+softmax):
 
     m' = max(m, max_j S_j),   P_j = exp(S_j - m'),   alpha = exp(m - m')
     l' = l * alpha + sum_j P_j,   acc' = acc * alpha + P V_tile
 
-and at the end out = acc / l, lse = m + log l (saved for the backward).
-With causal masking, key tiles entirely above the diagonal are skipped and
-only tiles crossing it are masked element by element.
+and at the end out = acc / l, lse = m + log l (saved for the backward). A
+query block whose keys fit one tile needs none of that: `softmax_tile` gives
+P = softmax(S) and lse directly, and out = P V. With causal masking, key
+tiles entirely above the diagonal are skipped and only tiles crossing it are
+masked element by element.
 
 Backward (FlashAttention-2 style), recomputing P from the saved lse:
     P = exp(S - lse),  dV += P^T dO,  dP = dO V^T,
