@@ -134,7 +134,7 @@ def softmax_tile(scores, lse, q_start, k_start, causal):
         for i in range(bq):
             row = scores[g, i]
             limit = visible_keys(i, bk, q_start, k_start, causal)
-            m = max_of_prefix(row, limit, -np.inf)
+            m = max_of_prefix(row, limit, row.dtype.type(-np.inf))  # in the row's dtype: exp stays float32
             if m == -np.inf:
                 limit = 0
             total = row.dtype.type(0)
@@ -142,7 +142,7 @@ def softmax_tile(scores, lse, q_start, k_start, causal):
                 p = exp_vectorizable(row[j] - m)
                 row[j] = p
                 total += p
-            inverse = 1 / total if limit else 0
+            inverse = row.dtype.type(1) / total if limit else row.dtype.type(0)
             for j in range(limit):
                 row[j] *= inverse
             for j in range(limit, bk):
@@ -174,7 +174,7 @@ def online_softmax_tile(scores, row_max, row_sum, alpha, q_start, k_start, causa
                 total += p
             for j in range(limit, bk):
                 row[j] = 0
-            rescale = exp_vectorizable(m_old - m) if m_old > -np.inf else 0
+            rescale = exp_vectorizable(m_old - m) if m_old > -np.inf else row.dtype.type(0)
             alpha[g, i] = rescale
             row_sum[g, i] = row_sum[g, i] * rescale + total
             row_max[g, i] = m
@@ -186,10 +186,10 @@ def probs_from_lse(scores, lse, q_start, k_start, causal):
     groups, bq, bk = scores.shape
     for g in range(groups):
         for i in range(bq):
-            row = scores[g, i]
-            limit = visible_keys(i, bk, q_start, k_start, causal) if lse[g, i] > -np.inf else 0
+            row, shift = scores[g, i], lse[g, i]  # a local, so the loop below has no load that may alias row
+            limit = visible_keys(i, bk, q_start, k_start, causal) if shift > -np.inf else 0
             for j in range(limit):
-                row[j] = exp_vectorizable(row[j] - lse[g, i])
+                row[j] = exp_vectorizable(row[j] - shift)
             for j in range(limit, bk):
                 row[j] = 0
 
