@@ -123,11 +123,12 @@ def visible_keys(i, bk, q_start, k_start, causal):
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
-def softmax_tile(scores, lse, q_start, k_start, causal):
-    """A query block's only key tile: scores (G, bq, bk) -> P = softmax(S) in place, lse (G, bq) = log sum exp S.
+def softmax_tile(scores, row_max, row_sum, q_start, k_start, causal):
+    """A query block's only key tile: scores (G, bq, bk) -> P = softmax(S) in place.
 
-    No running max is needed when the whole row is in one tile. Masked entries become 0; a row with
-    nothing to attend to is all 0 with lse = -inf.
+    No running max is needed when the whole row is in one tile. row_max and row_sum (G, bq) receive each
+    row's max m and sum l of exp(S - m), from which `_log_sum_exp` makes lse. Masked entries become 0; a
+    row with nothing to attend to is all 0, with l = 0.
     """
     groups, bq, bk = scores.shape
     for g in range(groups):
@@ -147,7 +148,7 @@ def softmax_tile(scores, lse, q_start, k_start, causal):
                 row[j] *= inverse
             for j in range(limit, bk):
                 row[j] = 0
-            lse[g, i] = m + np.log(total) if limit else -np.inf
+            row_max[g, i], row_sum[g, i] = m, total
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
@@ -336,9 +337,10 @@ def _attend_one_tile(q, k_scaled_t, v, bias, groups, rows, tiles):
     ((cols, crosses),) = tiles
     scores = _scores(q, k_scaled_t, bias, groups, rows, cols)  # (p, h, bq, bk)
     p, h, bq, bk = scores.shape
-    lse = np.empty((p, h, bq), q.dtype)
-    softmax_tile(scores.reshape(-1, bq, bk), lse.reshape(-1, bq), rows.start, cols.start, crosses)  # P, in place
-    return scores @ v[groups + (cols,)], lse
+    row_max, row_sum = np.empty((p, h, bq), q.dtype), np.empty((p, h, bq), q.dtype)  # m, l
+    softmax_tile(scores.reshape(-1, bq, bk), row_max.reshape(-1, bq), row_sum.reshape(-1, bq), rows.start,
+                 cols.start, crosses)  # P, in place
+    return scores @ v[groups + (cols,)], _log_sum_exp(row_max, row_sum)
 
 
 def _attend_online(q, k_scaled_t, v, bias, groups, rows, tiles):
@@ -354,9 +356,15 @@ def _attend_online(q, k_scaled_t, v, bias, groups, rows, tiles):
                             alpha.reshape(-1, bq), rows.start, cols.start, crosses)  # P = exp(S - m'), l, alpha
         acc *= alpha[..., None]
         acc += scores @ v[groups + (cols,)]  # acc' = acc * alpha + P V_tile: (p, h, bq, dv)
+    total = np.where(row_sum > 0, row_sum, 1)
+    return acc / total[..., None], _log_sum_exp(row_max, row_sum)
+
+
+def _log_sum_exp(row_max, row_sum):
+    """lse = m + log l, -inf where l = 0 (nothing to attend to); numpy's log on all rows at once, which
+    is faster than one libm call per row inside the kernels (4096 rows: about 60 us)."""
     live = row_sum > 0
-    total = np.where(live, row_sum, 1)
-    return acc / total[..., None], np.where(live, row_max + np.log(total), -np.inf)
+    return np.where(live, row_max + np.log(np.where(live, row_sum, 1)), -np.inf)
 
 
 def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, grads=None):
