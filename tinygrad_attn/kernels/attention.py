@@ -326,24 +326,25 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
             for rows in _query_blocks(tq):
                 tiles = list(_key_tiles(rows, k.shape[2], causal))
                 attend = _attend_one_tile if len(tiles) == 1 else _attend_online
-                out[groups + (rows,)], lse[groups + (rows,)] = attend(q, k_scaled_t, v, bias, groups, rows, tiles)
+                lse[groups + (rows,)] = attend(q, k_scaled_t, v, bias, groups, rows, tiles, out[groups + (rows,)])
 
     run_over_groups(forward_share, n_outer * n_inner, n_outer * n_inner * tq * k.shape[2])
     return out, lse
 
 
-def _attend_one_tile(q, k_scaled_t, v, bias, groups, rows, tiles):
-    """softmax(S) V for a query block whose keys fit one tile: (p, h, bq, dv) and lse (p, h, bq)."""
+def _attend_one_tile(q, k_scaled_t, v, bias, groups, rows, tiles, out):
+    """out (p, h, bq, dv) = softmax(S) V for a query block whose keys fit one tile; returns lse (p, h, bq)."""
     ((cols, crosses),) = tiles
     scores = _scores(q, k_scaled_t, bias, groups, rows, cols)  # (p, h, bq, bk)
     p, h, bq, bk = scores.shape
     row_max, row_sum = np.empty((p, h, bq), q.dtype), np.empty((p, h, bq), q.dtype)  # m, l
     softmax_tile(scores.reshape(-1, bq, bk), row_max.reshape(-1, bq), row_sum.reshape(-1, bq), rows.start,
                  cols.start, crosses)  # P, in place
-    return scores @ v[groups + (cols,)], _log_sum_exp(row_max, row_sum)
+    np.matmul(scores, v[groups + (cols,)], out=out)
+    return _log_sum_exp(row_max, row_sum)
 
 
-def _attend_online(q, k_scaled_t, v, bias, groups, rows, tiles):
+def _attend_online(q, k_scaled_t, v, bias, groups, rows, tiles, out):
     """The same over several key tiles, with the online softmax's running max m, sum l and output acc."""
     shape = (groups[0].stop - groups[0].start, groups[1].stop - groups[1].start, rows.stop - rows.start)
     row_max, row_sum = np.full(shape, -np.inf, q.dtype), np.zeros(shape, q.dtype)  # m, l: (p, h, bq)
@@ -356,8 +357,8 @@ def _attend_online(q, k_scaled_t, v, bias, groups, rows, tiles):
                             alpha.reshape(-1, bq), rows.start, cols.start, crosses)  # P = exp(S - m'), l, alpha
         acc *= alpha[..., None]
         acc += scores @ v[groups + (cols,)]  # acc' = acc * alpha + P V_tile: (p, h, bq, dv)
-    total = np.where(row_sum > 0, row_sum, 1)
-    return acc / total[..., None], _log_sum_exp(row_max, row_sum)
+    np.divide(acc, np.where(row_sum > 0, row_sum, 1)[..., None], out=out)
+    return _log_sum_exp(row_max, row_sum)
 
 
 def _log_sum_exp(row_max, row_sum):
