@@ -64,6 +64,31 @@ def test_multi_head_attention_matches_torch(case, need_weights):
         np.testing.assert_allclose(p.grad.data, torch_grads[name], atol=1e-8, rtol=0, err_msg=name)
 
 
+@pytest.mark.parametrize("case", ["self", "causal", "no_bias"])
+def test_self_attention_packed_path_matches_torch(case):
+    """mha(x) alone takes the packed projection and attention; torch gets x as query, key and value."""
+    c = CASES[case]
+    rng = np.random.default_rng(1)
+    e, h, b, t_ = 8, 2, 3, 6
+    ours = nn.MultiHeadAttention(e, h, **c["kw"]).to(np.float64)
+    theirs = torch.nn.MultiheadAttention(e, h, batch_first=True, **c["kw"])
+    theirs.load_state_dict({k: torch.tensor(v) for k, v in mha_to_torch(ours.state_dict()).items()})
+    x = rng.normal(size=(b, t_, e))
+    torch_x = t(x)
+    torch_mask = torch.tensor(~ta.causal_mask(t_, t_).data) if c["causal"] else None
+    t_out, _ = theirs(torch_x, torch_x, torch_x, attn_mask=torch_mask, need_weights=False)
+    ours_x = ta.Tensor(x, requires_grad=True)
+    out, _ = ours(ours_x, is_causal=c["causal"], need_weights=False)
+    np.testing.assert_allclose(out.data, t_out.detach().numpy(), atol=1e-8, rtol=0)
+    direction = rng.normal(size=out.shape)
+    (out * ta.Tensor(direction)).sum().backward()
+    (t_out * torch.tensor(direction)).sum().backward()
+    np.testing.assert_allclose(ours_x.grad.data, torch_x.grad.numpy(), atol=1e-8, rtol=0)
+    torch_grads = mha_from_torch({n: p.grad for n, p in theirs.named_parameters()})
+    for name, p in ours.named_parameters():
+        np.testing.assert_allclose(p.grad.data, torch_grads[name], atol=1e-8, rtol=0, err_msg=name)
+
+
 def test_interop_round_trip_and_packed_layout():
     ours = nn.MultiHeadAttention(8, 2)
     theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True)
