@@ -74,11 +74,12 @@ def test_gelu_kernel_matches_reference(dtype):
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    """Tiles of 4 queries x 3 keys in chunks of 2 groups, so short sequences cross many tile borders,
-    with the groups shared among threads however small the work."""
+    """Tiles of 4 queries x 3 keys (8 x 6 from 8 queries on) in chunks of 2 groups, so short sequences
+    cross many tile borders, with the groups shared among threads however small the work."""
     monkeypatch.setattr(threads, "MIN_PARALLEL_WORK", 0)
     monkeypatch.setattr(attention, "BLOCK_Q", 4)
     monkeypatch.setattr(attention, "BLOCK_K", 3)
+    monkeypatch.setattr(attention, "LONG_QUERIES", 8)
     monkeypatch.setattr(attention, "TILE_BYTES", 2 * 4 * 3 * 8)
 
 
