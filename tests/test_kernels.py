@@ -193,6 +193,38 @@ def test_vectorizable_exp_matches_numpy_within_two_ulp(dtype):
     assert np.all(_exp_each(np.array([low - 1, -1e4], dtype)) <= np.finfo(dtype).tiny)  # may flush to 0
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(bk=st.integers(1, 40), seed=st.integers(0, 2**16))
+def test_row_max_is_numpy_max_of_the_prefix(dtype, bk, seed):
+    """Every prefix length of rows holding -inf (masked scores) and NaN, from a start of -inf or a finite
+    running max; a NaN anywhere in the prefix or the start makes the max NaN, as np.max does."""
+    rng = np.random.default_rng(seed)
+    scores = rng.normal(size=(2, 3, bk)).astype(dtype)
+    scores[rng.random(scores.shape) < 0.2] = -np.inf
+    scores[0, 1, rng.integers(bk)] = np.nan
+    for g, i, limit in [(g, i, limit) for g in range(2) for i in range(3) for limit in range(bk + 1)]:
+        for start in (-np.inf, 0.5, np.nan):
+            got = attention.row_max(scores, g, i, limit, dtype(start))
+            want = np.max(np.concatenate([[start], scores[g, i, :limit]]).astype(dtype))
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tq", [3, 11])  # keys in one tile, and across tiles (online softmax)
+def test_flash_attention_carries_a_nan_to_the_rows_that_see_it(small_blocks, dtype, tq):
+    """A NaN in query row r or key c: NaN in output row r and in the rows that see key c (causal: from c
+    on), finite everywhere else; nothing silently dropped, nothing spread to rows that never saw it."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(1, 2, tq, 4)).astype(dtype) for _ in range(3))
+    r, c = tq - 1, tq // 2
+    q[0, 0, r, 1] = np.nan
+    k[0, 1, c, 2] = np.nan
+    out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), is_causal=True).data
+    rows_nan = np.isnan(out).any(axis=-1)  # (1, 2, tq)
+    np.testing.assert_array_equal(rows_nan[0, 0], np.arange(tq) == r)
+    np.testing.assert_array_equal(rows_nan[0, 1], np.arange(tq) >= c)
+
+
 @pytest.mark.parametrize("lead", [(), (2,), (2, 3)])
 @given(t=st.integers(1, 9), heads=st.integers(1, 3), causal=st.booleans(), masked=st.booleans(),
        strided=st.booleans(), seed=st.integers(0, 2**16))
