@@ -256,6 +256,16 @@ def test_packed_self_attention_rejects_other_shapes():
         F.packed_self_attention(ta.Tensor(np.zeros((2, 5, 2, 4))))
 
 
+@pytest.mark.parametrize("copied_first", [False, True])
+def test_transposed_heads_in_place_or_copied_first(monkeypatch, copied_first):
+    """k split into heads, (B, H, T, d) strided, to scale * k^T contiguous, gathered in place or from a copy."""
+    monkeypatch.setattr(attention, "STRIDED_TRANSPOSE_BYTES", 0 if copied_first else 1 << 30)
+    k = np.random.default_rng(0).normal(size=(2, 7, 3, 5)).astype(np.float32).transpose(0, 2, 1, 3)
+    got = attention._transposed(k, 0.5)
+    assert got.flags.c_contiguous and got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.float32(0.5) * k.swapaxes(-1, -2))
+
+
 @given(n_outer=st.integers(1, 5), n_inner=st.integers(1, 6), size=st.integers(1, 40), data=st.data())
 def test_group_chunks_cover_each_group_once(n_outer, n_inner, size, data):
     n = n_outer * n_inner
