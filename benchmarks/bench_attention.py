@@ -181,7 +181,7 @@ def main():
     parser.add_argument("--shapes", nargs="*", help="B,T,E,H ... (default: the four standard shapes)")
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS))
     parser.add_argument("--reps", type=int, default=0, help="repetitions (default: by size)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per shape")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per shape")
     parser.add_argument("--numpy-max-mb", type=float, default=1024,
                         help="skip the naive numpy case when one (B, H, T, T) float32 matrix exceeds this")
     parser.add_argument("--json", help="also write the results to this file")
