@@ -131,6 +131,14 @@ def step_torch(b, t, e, h, use_sdpa):
     return step
 
 
+def default_reps(shape):
+    """Repetitions per case and round: about 1e9 multiply-adds' worth, at least 5, at most 200. A case of the
+    smallest shape then times about half a second, so a burst of the shared host's load moves its median
+    less than it did over the 0.1 s of the 30 repetitions it had before."""
+    b, t, e, _ = shape
+    return max(5, min(200, int(1e9 / (b * t * t * e + b * t * e * e))))
+
+
 def run_case(framework, shape, threads, reps, warmup):
     """Time one case in this process; returns a dict with the median ms and peak RSS."""
     import resource
@@ -190,7 +198,7 @@ def main():
 
     if args.case:
         framework, shape, reps = json.loads(args.case)
-        print(json.dumps(run_case(framework, tuple(shape), args.threads, reps, warmup=2)))
+        print(json.dumps(run_case(framework, tuple(shape), args.threads, reps, warmup=max(2, reps // 10))))
         return
 
     shapes = [tuple(int(n) for n in s.split(",")) for s in args.shapes] if args.shapes else SHAPES
@@ -200,7 +208,7 @@ def main():
     results = []
     for shape in shapes:
         b, t, e, h = shape
-        reps = args.reps or max(5, min(30, int(2e8 / (b * t * t * e + b * t * e * e))))
+        reps = args.reps or default_reps(shape)
         rounds: dict[str, list] = {f: [] for f in frameworks}
         for _ in range(args.rounds):  # interleaved, so a noisy moment hits every framework alike
             for framework in frameworks:
