@@ -229,16 +229,17 @@ class FlashAttention(Function):
         lead = q.shape[:-2]
         q4, k4, v4 = (as_group_grid(a) for a in (q, k, v))  # (P, Q, T, d) views: heads are not copied out
         bias = grid_bias(bias, lead)
-        out, lse = flash_attention_forward(q4, k4, v4, scale, causal, bias)  # out laid out like q
-        ctx.save_for_backward(q4, k4, v4, out, lse)
+        out, lse, k_scaled_t = flash_attention_forward(q4, k4, v4, scale, causal, bias)  # out laid out like q
+        ctx.save_for_backward(q4, k4, v4, out, lse, k_scaled_t)
         ctx.scale, ctx.causal, ctx.bias, ctx.lead = scale, causal, bias, lead
         return out.reshape(lead + out.shape[2:])
 
     @staticmethod
     def backward(ctx, grad):
-        q4, k4, v4, out, lse = ctx.saved_tensors
+        q4, k4, v4, out, lse, k_scaled_t = ctx.saved_tensors
         grad4 = as_group_grid(grad)
-        dq, dk, dv = flash_attention_backward(grad4, q4, k4, v4, out, lse, ctx.scale, ctx.causal, ctx.bias)
+        dq, dk, dv = flash_attention_backward(grad4, q4, k4, v4, out, lse, k_scaled_t, ctx.scale, ctx.causal,
+                                              ctx.bias)
         return tuple(d.reshape(ctx.lead + d.shape[2:]) for d in (dq, dk, dv))
 
 
@@ -255,18 +256,19 @@ class PackedFlashAttention(Function):
         lead = qkv.shape[:-4] + qkv.shape[-2:-1]  # (..., H)
         q, k, v = (as_group_grid(np.swapaxes(qkv[..., i, :, :], -3, -2)) for i in range(3))  # (P, Q, T, d)
         bias = grid_bias(bias, lead)
-        out, lse = flash_attention_forward(q, k, v, scale, causal, bias)  # laid out like q: (..., T, H, d)
-        ctx.save_for_backward(q, k, v, out, lse)
+        out, lse, k_scaled_t = flash_attention_forward(q, k, v, scale, causal, bias)  # out laid out like q
+        ctx.save_for_backward(q, k, v, out, lse, k_scaled_t)
         ctx.scale, ctx.causal, ctx.bias, ctx.packed_shape = scale, causal, bias, qkv.shape
         return np.swapaxes(out.reshape(lead + out.shape[2:]), -3, -2)  # (..., T, H, d)
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, k_scaled_t = ctx.saved_tensors
         grad_qkv = np.zeros(ctx.packed_shape, grad.dtype)  # (..., T, 3, H, d)
         targets = tuple(as_group_grid(np.swapaxes(grad_qkv[..., i, :, :], -3, -2)) for i in range(3))  # views
         grad4 = as_group_grid(np.swapaxes(grad, -3, -2))  # (P, Q, T, d)
-        flash_attention_backward(grad4, q, k, v, out, lse, ctx.scale, ctx.causal, ctx.bias, grads=targets)
+        flash_attention_backward(grad4, q, k, v, out, lse, k_scaled_t, ctx.scale, ctx.causal, ctx.bias,
+                                 grads=targets)
         return grad_qkv
 
 

@@ -15,7 +15,8 @@ softmax):
     m' = max(m, max_j S_j),   P_j = exp(S_j - m'),   alpha = exp(m - m')
     l' = l * alpha + sum_j P_j,   acc' = acc * alpha + P V_tile
 
-and at the end out = acc / l, lse = m + log l (saved for the backward). A
+and at the end out = acc / l, lse = m + log l (saved for the backward, with
+k * scale transposed, so that only v is transposed again). A
 query block whose keys fit one tile needs none of that: `softmax_tile` gives
 P = softmax(S) and lse directly, and out = P V. With causal masking, key
 tiles entirely above the diagonal are skipped and only tiles crossing it are
@@ -326,10 +327,10 @@ def _bias_tile(bias: np.ndarray | None, ps: slice, hs: slice, rows: slice, cols:
     return bias[tuple(i if n > 1 else slice(None) for i, n in zip(index, bias.shape))]
 
 
-def _transposed(a: np.ndarray, factor: float = 1.0) -> np.ndarray:
-    """(p, h, T, d) -> factor * a^T, contiguous (p, h, d, T). numpy's batched matmul leaves BLAS when its
-    right operand is a transposed view (measured 3-4x slower for small tiles), so k^T and v^T are laid
-    out once per chunk of groups, by the thread that uses them.
+def _transposed(a: np.ndarray, factor: float = 1.0, out: np.ndarray | None = None) -> np.ndarray:
+    """(p, h, T, d) -> factor * a^T, (p, h, d, T) with contiguous matrices, in `out` if given. numpy's
+    batched matmul leaves BLAS when its right operand is a transposed view (measured 3-4x slower for
+    small tiles), so k^T and v^T are laid out once per chunk of groups, by the thread that uses them.
 
     Each output row gathers one column of a group's (T, d) matrix. When that matrix is spread over more
     than STRIDED_TRANSPOSE_BYTES (heads interleaved in rows of the model width), the gather misses the
@@ -338,7 +339,7 @@ def _transposed(a: np.ndarray, factor: float = 1.0) -> np.ndarray:
     0.036 against 0.069 ms."""
     if a.shape[2] * a.strides[2] > STRIDED_TRANSPOSE_BYTES:
         a = np.ascontiguousarray(a)
-    out = np.empty(a.shape[:2] + a.shape[:1:-1], a.dtype)
+    out = np.empty(a.shape[:2] + a.shape[:1:-1], a.dtype) if out is None else out
     return np.multiply(a.swapaxes(-1, -2), a.dtype.type(factor), out=out)
 
 
@@ -355,23 +356,26 @@ def _scores(q, k_scaled_t, bias, groups, rows, cols):
 def flash_attention_forward(q, k, v, scale, causal, bias):
     """q (P, Q, Tq, d), k (P, Q, Tk, d), v (P, Q, Tk, dv), any unit-stride rows; `bias` from `grid_bias`.
 
-    Returns out (P, Q, Tq, dv), laid out like q, and lse (P, Q, Tq).
+    Returns out (P, Q, Tq, dv), laid out like q, lse (P, Q, Tq), and (k * scale)^T (P, Q, d, Tk), which the
+    backward needs again.
     """
     n_outer, n_inner, tq, _ = q.shape
     tile = _tile_shape(tq)
     out = _new_like_layout(q, v.shape[3])
     lse = np.empty((n_outer, n_inner, tq), dtype=q.dtype)
+    k_scaled_t = np.empty(k.shape[:2] + k.shape[:1:-1], k.dtype)  # (P, Q, d, Tk)
 
     def forward_share(share: slice) -> None:  # one thread's groups, chunk by chunk, block by block
         for groups in _chunks(share, q, k, tile):
-            k_scaled_t = _transposed(k[groups], scale)  # (p, h, d, Tk)
+            chunk_k_scaled_t = _transposed(k[groups], scale, out=k_scaled_t[groups])  # (p, h, d, Tk)
             for rows in _query_blocks(tq, tile):
                 tiles = list(_key_tiles(rows, k.shape[2], causal, tile))
                 attend = _attend_one_tile if len(tiles) == 1 else _attend_online
-                lse[groups + (rows,)] = attend(q, k_scaled_t, v, bias, groups, rows, tiles, out[groups + (rows,)])
+                lse[groups + (rows,)] = attend(q, chunk_k_scaled_t, v, bias, groups, rows, tiles,
+                                               out[groups + (rows,)])
 
     run_over_groups(forward_share, n_outer * n_inner, n_outer * n_inner * tq * k.shape[2])
-    return out, lse
+    return out, lse, k_scaled_t
 
 
 def _attend_one_tile(q, k_scaled_t, v, bias, groups, rows, tiles, out):
@@ -410,8 +414,8 @@ def _log_sum_exp(row_max, row_sum):
     return np.where(live, row_max + np.log(np.where(live, row_sum, 1)), -np.inf)
 
 
-def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, grads=None):
-    """Returns dq, dk, dv for the forward above, (P, Q, T, d).
+def flash_attention_backward(grad_out, q, k, v, out, lse, k_scaled_t, scale, causal, bias, grads=None):
+    """Returns dq, dk, dv for the forward above, (P, Q, T, d); `k_scaled_t` is the forward's third result.
 
     `grads` may give three zero-filled (P, Q, T, d) arrays, any layout with unit-stride rows, that receive
     the gradients (views into one packed gradient). Otherwise a gradient that each tile writes once (dq
@@ -430,7 +434,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, g
 
     def backward_share(share: slice) -> None:
         for groups in _chunks(share, q, k, tile):
-            k_scaled_t, v_t = _transposed(k[groups], scale), _transposed(v[groups])  # (p, h, d, Tk), (p, h, dv, Tk)
+            chunk_k_scaled_t, v_t = k_scaled_t[groups], _transposed(v[groups])  # (p, h, d, Tk), (p, h, dv, Tk)
             delta = (grad_out[groups] * out[groups]) @ ones  # rowsum(dO * O): (p, h, Tq)
             for rows in _query_blocks(tq, tile):
                 bq = rows.stop - rows.start
@@ -438,7 +442,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, g
                 row_lse = np.ascontiguousarray(lse[groups + (rows,)]).reshape(-1, bq)
                 row_delta = np.ascontiguousarray(delta[..., rows]).reshape(-1, bq)
                 for cols, crosses in _key_tiles(rows, tk, causal, tile):
-                    scores = _scores(q, k_scaled_t, bias, groups, rows, cols)  # (p, h, bq, bk)
+                    scores = _scores(q, chunk_k_scaled_t, bias, groups, rows, cols)  # (p, h, bq, bk)
                     bk = scores.shape[-1]
                     probs_from_lse(scores.reshape(-1, bq, bk), row_lse, rows.start, cols.start, crosses)  # P
                     _write_or_add(dv, groups + (cols,), scores.swapaxes(-1, -2), grad_o, dkv_once)  # dV += P^T dO
