@@ -43,15 +43,19 @@ class LinearFunction(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        rows, weight = ctx.saved_tensors
-        g = grad.reshape(-1, grad.shape[-1])  # (N, out)
-        grad_x = (g @ weight).reshape(ctx.input_shape) if ctx.needs_input_grad[0] else None  # dX = g W
-        grad_weight = g.T @ rows if ctx.needs_input_grad[1] else None  # dW = g^T X
-        if len(ctx.inputs) > 2 and ctx.needs_input_grad[2]:
-            grad_bias = np.ones(g.shape[0], g.dtype) @ g  # db = sum_n g_n, on BLAS (5x faster than g.sum(0))
-        else:
-            grad_bias = None
-        return (grad_x, grad_weight, grad_bias)[: len(ctx.inputs)]
+        has_bias = len(ctx.inputs) > 2
+        grads = _linear_backward(ctx, grad, ctx.needs_input_grad[1], has_bias and ctx.needs_input_grad[2])
+        return grads[: len(ctx.inputs)]
+
+
+def _linear_backward(ctx, grad, need_weight: bool, need_bias: bool):
+    """(dX, dW, db) of y = x W^T + b from the rows X (N, in) and W that the forward saved; None where unneeded."""
+    rows, weight = ctx.saved_tensors
+    g = grad.reshape(-1, grad.shape[-1])  # (N, out)
+    grad_x = (g @ weight).reshape(ctx.input_shape) if ctx.needs_input_grad[0] else None  # dX = g W
+    grad_weight = g.T @ rows if need_weight else None  # dW = g^T X
+    grad_bias = np.ones(g.shape[0], g.dtype) @ g if need_bias else None  # db = sum_n g_n, 5x faster than g.sum(0)
+    return grad_x, grad_weight, grad_bias
 
 
 class PackedLinearFunction(Function):
@@ -71,13 +75,10 @@ class PackedLinearFunction(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        rows, weight = ctx.saved_tensors
-        g = grad.reshape(-1, grad.shape[-1])  # (N, sum out_i)
-        grad_x = (g @ weight).reshape(ctx.input_shape) if ctx.needs_input_grad[0] else None  # dX = g W
-        grad_weights = np.split(g.T @ rows, ctx.splits)  # dW = g^T X, cut into (out_i, in) blocks
-        n_biases = len(ctx.inputs) - 1 - len(grad_weights)
-        grad_biases = np.split(np.ones(g.shape[0], g.dtype) @ g, ctx.splits) if n_biases else []  # db = sum_n g_n
-        return (grad_x, *grad_weights, *grad_biases)
+        has_bias = len(ctx.inputs) > len(ctx.splits) + 2  # x, count weights, then count biases or none
+        grad_x, grad_weight, grad_bias = _linear_backward(ctx, grad, True, has_bias)  # on the stacked W
+        grad_biases = np.split(grad_bias, ctx.splits) if has_bias else []
+        return (grad_x, *np.split(grad_weight, ctx.splits), *grad_biases)  # each layer's (out_i, ...) block
 
 
 class Linear(Module):
