@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import tinygrad_attn as ta
 from tinygrad_attn import functional as F
-from tinygrad_attn.kernels.attention import attention_reference
+from tinygrad_attn.kernels.flash import attention_reference
 from tinygrad_attn.kernels.softmax import softmax_reference
 
 

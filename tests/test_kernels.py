@@ -14,7 +14,7 @@ from numba import njit
 
 import tinygrad_attn as ta
 from tinygrad_attn import functional as F
-from tinygrad_attn.kernels import attention, threads
+from tinygrad_attn.kernels import flash, layout, parallel, tiles
 from tinygrad_attn.kernels.cross_entropy import cross_entropy_forward, cross_entropy_reference
 from tinygrad_attn.kernels.gelu import gelu_forward, gelu_reference
 from tinygrad_attn.kernels.layernorm import layer_norm_forward, layer_norm_reference
@@ -75,12 +75,14 @@ def test_gelu_kernel_matches_reference(dtype):
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Tiles of 4 queries x 3 keys (8 x 6 from 8 queries on) in chunks of 2 groups, so short sequences
-    cross many tile borders, with the groups shared among threads however small the work."""
-    monkeypatch.setattr(threads, "MIN_PARALLEL_WORK", 0)
-    monkeypatch.setattr(attention, "BLOCK_Q", 4)
-    monkeypatch.setattr(attention, "BLOCK_K", 3)
-    monkeypatch.setattr(attention, "LONG_QUERIES", 8)
-    monkeypatch.setattr(attention, "TILE_BYTES", 2 * 4 * 3 * 8)
+    cross many tile borders, with the work shared among 3 threads however small it is."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(parallel, "blas_threads", lambda: 1)  # as after ta.set_num_threads: the pool runs
+    monkeypatch.setattr(parallel, "_num_threads", 3)
+    monkeypatch.setattr(layout, "BLOCK_Q", 4)
+    monkeypatch.setattr(layout, "BLOCK_K", 3)
+    monkeypatch.setattr(layout, "LONG_QUERIES", 8)
+    monkeypatch.setattr(layout, "TILE_BYTES", 2 * 4 * 3 * 8)
 
 
 def _random_mask(rng, kind, lead, tq, tk, dtype):
@@ -102,7 +104,7 @@ def test_flash_attention_matches_dense_reference(small_blocks, dtype, kind, tq, 
     q, k, v = (rng.normal(size=lead + (t, 4)).astype(dtype) for t in (tq, tk, tk))
     mask = _random_mask(rng, kind, lead, tq, tk, dtype)
     bias = None if mask is None else np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask
-    expected = attention.attention_reference(q, k, v, 0.5, causal, bias)
+    expected = flash.attention_reference(q, k, v, 0.5, causal, bias)
     out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), mask=mask,
                                          is_causal=causal, scale=0.5)
     assert out.dtype == dtype and not np.isnan(out.data).any()
@@ -147,7 +149,7 @@ def test_flash_attention_on_head_split_views(small_blocks, b, t, heads, causal, 
     out = F.scaled_dot_product_attention(*split, mask=padding, is_causal=causal)
     dense = [np.ascontiguousarray(a.data) for a in split]
     bias = np.where(padding, 0.0, -np.inf)
-    np.testing.assert_allclose(out.data, attention.attention_reference(*dense, 2**-0.5, causal, bias),
+    np.testing.assert_allclose(out.data, flash.attention_reference(*dense, 2**-0.5, causal, bias),
                                rtol=1e-12, atol=1e-12)
     merged = out.transpose(1, 2)
     assert merged.data.flags.c_contiguous or heads == 1 or t == 1
@@ -167,7 +169,7 @@ def test_flash_attention_any_number_of_leading_dims(small_blocks, lead):
     mask = rng.random(lead[:1] + (1,) * max(len(lead) - 1, 0) + (6, 6)) > 0.3 if lead else None
     bias = None if mask is None else np.where(mask, 0.0, -np.inf)
     out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), mask=mask, is_causal=True)
-    np.testing.assert_allclose(out.data, attention.attention_reference(q, k, v, 3**-0.5, True, bias),
+    np.testing.assert_allclose(out.data, flash.attention_reference(q, k, v, 3**-0.5, True, bias),
                                rtol=1e-12, atol=1e-12)
 
 
@@ -175,7 +177,7 @@ def test_flash_attention_any_number_of_leading_dims(small_blocks, lead):
 def _exp_each(x):
     out = np.empty_like(x)
     for i in range(x.size):
-        out[i] = attention.exp_vectorizable(x[i])
+        out[i] = tiles.exp_vectorizable(x[i])
     return out
 
 
@@ -204,7 +206,7 @@ def test_row_max_is_numpy_max_of_the_prefix(dtype, bk, seed):
     scores[0, 1, rng.integers(bk)] = np.nan
     for g, i, limit in [(g, i, limit) for g in range(2) for i in range(3) for limit in range(bk + 1)]:
         for start in (-np.inf, 0.5, np.nan):
-            got = attention.row_max(scores, g, i, limit, dtype(start))
+            got = tiles.row_max(scores, g, i, limit, dtype(start))
             want = np.max(np.concatenate([[start], scores[g, i, :limit]]).astype(dtype))
             np.testing.assert_array_equal(got, want)
 
@@ -259,23 +261,30 @@ def test_packed_self_attention_rejects_other_shapes():
 @pytest.mark.parametrize("copied_first", [False, True])
 def test_transposed_heads_in_place_or_copied_first(monkeypatch, copied_first):
     """k split into heads, (B, H, T, d) strided, to scale * k^T contiguous, gathered in place or from a copy."""
-    monkeypatch.setattr(attention, "STRIDED_TRANSPOSE_BYTES", 0 if copied_first else 1 << 30)
+    monkeypatch.setattr(layout, "STRIDED_TRANSPOSE_BYTES", 0 if copied_first else 1 << 30)
     k = np.random.default_rng(0).normal(size=(2, 7, 3, 5)).astype(np.float32).transpose(0, 2, 1, 3)
-    got = attention._transposed(k, 0.5)
+    got = layout.transposed(k, 0.5, np.empty((2, 3, 5, 7), np.float32))
     assert got.flags.c_contiguous and got.dtype == np.float32
     np.testing.assert_array_equal(got, np.float32(0.5) * k.swapaxes(-1, -2))
 
 
-@given(n_outer=st.integers(1, 5), n_inner=st.integers(1, 6), size=st.integers(1, 40), data=st.data())
-def test_group_chunks_cover_each_group_once(n_outer, n_inner, size, data):
-    n = n_outer * n_inner
-    start = data.draw(st.integers(0, n))
-    stop = data.draw(st.integers(start, n))
+@given(n_outer=st.integers(1, 5), n_inner=st.integers(1, 6), tq=st.integers(1, 9), tk=st.integers(1, 9),
+       tile_bytes=st.integers(1, 400))
+def test_group_chunks_cover_each_group_once(monkeypatch, n_outer, n_inner, tq, tk, tile_bytes):
+    monkeypatch.setattr(layout, "TILE_BYTES", tile_bytes)
+    size = max(1, tile_bytes // (tq * tk * 4))
     covered = []
-    for ps, hs in attention._group_chunks(slice(start, stop), n_inner, size):
+    for ps, hs in layout.group_chunks((n_outer, n_inner, tq, tk), (16, 16), 4):
         assert (ps.stop - ps.start) * (hs.stop - hs.start) <= size
         covered += [p * n_inner + h for p in range(ps.start, ps.stop) for h in range(hs.start, hs.stop)]
-    assert covered == list(range(start, stop))
+    assert covered == list(range(n_outer * n_inner))
+
+
+@given(tk=st.integers(0, 40), bk=st.integers(1, 8), n=st.integers(1, 6))
+def test_key_ranges_cover_the_keys_in_whole_tiles(tk, bk, n):
+    ranges = layout.key_ranges(tk, (1, bk), n)
+    assert len(ranges) <= n and [i for r in ranges for i in range(r.start, r.stop)] == list(range(tk))
+    assert all(r.start % bk == 0 for r in ranges)
 
 
 def test_flash_attention_keeps_memory_per_tile():

@@ -12,7 +12,7 @@ from . import runtime  # noqa: F401, I001  (process settings first: see runtime.
 from . import debug, functional, interop, nn, optim, tasks, viz
 from .debug import detect_anomaly, trace_backward
 from .gradcheck import GradcheckError, gradcheck
-from .kernels.threads import set_num_threads
+from .kernels.parallel import get_num_threads, set_num_threads
 from .masks import causal_mask, padding_mask
 from .ops import cat, stack, where
 from .rng import manual_seed

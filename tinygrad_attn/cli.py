@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> None:
-    from .kernels.threads import set_num_threads
+    from .kernels.parallel import set_num_threads
     from .train import TrainConfig, train
 
     if args.task not in TASKS:

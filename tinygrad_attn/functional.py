@@ -11,17 +11,20 @@ float mask is added to the scores (0 or -inf). Masks broadcast against
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from typing import Any
 
 import numpy as np
 
 from . import rng
-from .kernels.attention import as_group_grid, flash_attention_backward, flash_attention_forward, grid_bias
+from .kernels.flash import as_group_grid, flash_attention_backward, flash_attention_forward, grid_bias
 from .kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from .kernels.gelu import gelu_backward, gelu_forward
 from .kernels.layernorm import layer_norm_backward_input, layer_norm_backward_params, layer_norm_forward
 from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
+from .masks import causal_mask
 from .ops import check_broadcast, normalize_dim
 from .tensor import Function, Tensor
 
@@ -222,69 +225,111 @@ def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reducti
 
 
 class FlashAttention(Function):
-    """softmax(q k^T * scale + bias, causal) v on (..., T, d) without building the T x T matrix."""
+    """softmax(q k^T * scale + bias, causal) v, fused: one node, the (Tq, Tk) matrix never built.
 
-    @staticmethod
-    def forward(ctx, q, k, v, scale, causal, bias):
-        lead = q.shape[:-2]
-        q4, k4, v4 = (as_group_grid(a) for a in (q, k, v))  # (P, Q, T, d) views: heads are not copied out
-        bias = grid_bias(bias, lead)
-        out, lse, k_scaled_t = flash_attention_forward(q4, k4, v4, scale, causal, bias)  # out laid out like q
-        ctx.save_for_backward(q4, k4, v4, out, lse, k_scaled_t)
-        ctx.scale, ctx.causal, ctx.bias, ctx.lead = scale, causal, bias, lead
-        return out.reshape(lead + out.shape[2:])
-
-    @staticmethod
-    def backward(ctx, grad):
-        q4, k4, v4, out, lse, k_scaled_t = ctx.saved_tensors
-        grad4 = as_group_grid(grad)
-        dq, dk, dv = flash_attention_backward(grad4, q4, k4, v4, out, lse, k_scaled_t, ctx.scale, ctx.causal,
-                                              ctx.bias)
-        return tuple(d.reshape(ctx.lead + d.shape[2:]) for d in (dq, dk, dv))
-
-
-class PackedFlashAttention(Function):
-    """Self-attention on packed projections: qkv (..., T, 3, H, d) -> (..., T, H, d).
-
-    q, k and v are read as (..., H, T, d) views of qkv, the output comes out in (..., T, H, d) order, and
-    the backward writes the three gradients into one packed array: the projection before and the one
-    after each stay a single matmul, with no copy to split or merge the heads.
+    Inputs are q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv), or one packed qkv (..., T, 3, H, d) from a
+    packed projection (self-attention), read as q = qkv[..., 0, :, :] moved to (..., H, T, d), likewise k
+    and v; its output is then (..., T, H, d), so merging the heads is a free reshape, and its gradient one
+    packed array, so the projection's backward stays one matmul.
     """
 
     @staticmethod
-    def forward(ctx, qkv, scale, causal, bias):
-        lead = qkv.shape[:-4] + qkv.shape[-2:-1]  # (..., H)
-        q, k, v = (as_group_grid(np.swapaxes(qkv[..., i, :, :], -3, -2)) for i in range(3))  # (P, Q, T, d)
-        bias = grid_bias(bias, lead)
-        out, lse, k_scaled_t = flash_attention_forward(q, k, v, scale, causal, bias)  # out laid out like q
-        ctx.save_for_backward(q, k, v, out, lse, k_scaled_t)
-        ctx.scale, ctx.causal, ctx.bias, ctx.packed_shape = scale, causal, bias, qkv.shape
-        return np.swapaxes(out.reshape(lead + out.shape[2:]), -3, -2)  # (..., T, H, d)
+    def forward(ctx, *inputs, scale, causal, bias):
+        q, k, v, lead = _heads(inputs)  # (P, Q, T, d) grids, views where the strides allow
+        grid_mask = grid_bias(bias, lead)
+        out, lse, kt = flash_attention_forward(q, k, v, scale, causal, grid_mask)
+        ctx.save_for_backward(q, k, v, out, lse, kt, grid_mask)
+        ctx.scale, ctx.causal, ctx.lead = scale, causal, lead
+        out = out.reshape(lead + out.shape[2:])  # (..., Tq, dv)
+        return np.swapaxes(out, -3, -2) if len(inputs) == 1 else out  # packed: (..., T, H, d)
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, out, lse, k_scaled_t = ctx.saved_tensors
-        grad_qkv = np.zeros(ctx.packed_shape, grad.dtype)  # (..., T, 3, H, d)
-        targets = tuple(as_group_grid(np.swapaxes(grad_qkv[..., i, :, :], -3, -2)) for i in range(3))  # views
-        grad4 = as_group_grid(np.swapaxes(grad, -3, -2))  # (P, Q, T, d)
-        flash_attention_backward(grad4, q, k, v, out, lse, k_scaled_t, ctx.scale, ctx.causal, ctx.bias,
-                                 grads=targets)
+        q, k, v, out, lse, kt, grid_mask = ctx.saved_tensors
+        packed = len(ctx.inputs) == 1
+        grad = as_group_grid(np.swapaxes(grad, -3, -2) if packed else grad)  # (P, Q, Tq, dv)
+        dq, dk, dv = flash_attention_backward(grad, q, k, v, out, lse, kt, ctx.scale, ctx.causal, grid_mask)
+        dq, dk, dv = (d.reshape(ctx.lead + d.shape[2:]) for d in (dq, dk, dv))  # (..., T, d)
+        if not packed:
+            return dq, dk, dv
+        grad_qkv = np.empty(ctx.inputs[0].shape, dq.dtype)  # (..., T, 3, H, d)
+        for i, d in enumerate((dq, dk, dv)):
+            grad_qkv[..., i, :, :] = np.swapaxes(d, -3, -2)
         return grad_qkv
 
 
-def packed_self_attention(qkv: Tensor, mask: Any = None, is_causal: bool = False, scale: float | None = None) -> Tensor:
-    """Self-attention on packed q, k, v projections, qkv (..., T, 3, H, d) -> (..., T, H, d).
+def _heads(inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:
+    """(q, k, v) as (P, Q, T, d) grids and the leading dims they stand for; a packed qkv is split in place."""
+    if len(inputs) == 1:
+        (qkv,) = inputs  # (..., T, 3, H, d)
+        views = [np.swapaxes(qkv[..., i, :, :], -3, -2) for i in range(3)]  # (..., H, T, d)
+    else:
+        views = list(inputs)
+    return (*(as_group_grid(a) for a in views), views[0].shape[:-2])
 
-    The same maths and masks as `scaled_dot_product_attention` on the heads q = qkv[..., 0, :, :] moved
-    to (..., H, T, d), and likewise k and v: the mask broadcasts to (..., H, T, T). Reshaping the result
-    to (..., T, H * d) merges the heads for free. Always the fused kernel: no weights, no dropout.
+
+# --- scaled dot-product attention: two implementations behind one seam -------------------------------
+
+SDPA_KERNELS = ("math", "flash")
+_allowed_kernels: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("sdpa_kernels",
+                                                                                   default=SDPA_KERNELS)
+
+
+class sdpa_kernel(contextlib.ContextDecorator):
+    """Restrict which implementations `scaled_dot_product_attention` may run, like torch's `sdpa_kernel`.
+
+        with ta.sdpa_kernel("math"):          # every attention inside runs the readable math path
+            out = F.scaled_dot_product_attention(q, k, v)
+
+    "math" composes matmul, masked_fill, softmax, dropout and matmul, so every step is a node of the
+    graph; "flash" is the fused kernel, one node. Also a decorator. The choice is per thread (a
+    context variable). By default both are allowed and flash runs unless the weights or dropout are
+    asked for, which only the math path gives.
     """
-    if qkv.ndim < 4 or qkv.shape[-3] != 3:
-        raise ValueError(f"packed_self_attention: qkv must be (..., T, 3, H, d), got shape {qkv.shape}")
-    *lead, t, _, heads, d = qkv.shape
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    mask = _attention_mask(mask, (*lead, heads, t, t))
-    return PackedFlashAttention.apply(qkv, scale=scale, causal=is_causal, bias=_additive(mask, qkv.dtype))
+
+    def __init__(self, *kernels: str | list[str] | tuple[str, ...]):
+        names = tuple(n for k in kernels for n in ((k,) if isinstance(k, str) else tuple(k)))
+        unknown = [n for n in names if n not in SDPA_KERNELS]
+        if unknown or not names:
+            raise ValueError(f"sdpa_kernel: unknown kernel name(s) {unknown or names!r}; choose from {SDPA_KERNELS}")
+        self.kernels = names
+        self._tokens: list[contextvars.Token] = []
+
+    def __enter__(self) -> sdpa_kernel:
+        self._tokens.append(_allowed_kernels.set(self.kernels))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _allowed_kernels.reset(self._tokens.pop())
+
+
+def _choose_kernel(needs_math: bool, op: str) -> str:
+    allowed = _allowed_kernels.get()
+    if needs_math:
+        if "math" not in allowed:
+            raise RuntimeError(f"{op}: the attention weights and dropout need the math kernel, "
+                               f"but sdpa_kernel allows only {allowed}")
+        return "math"
+    return "flash" if "flash" in allowed else "math"
+
+
+def attention_math(q: Tensor, k: Tensor, v: Tensor, mask: np.ndarray | None, is_causal: bool, dropout_p: float,
+                   scale: float) -> tuple[Tensor, Tensor]:
+    """The readable path: softmax(q k^T * scale + mask) v from primitive ops. Returns (out, weights)."""
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
+    hidden = None  # True where a query may NOT attend
+    if mask is not None and mask.dtype == np.bool_:
+        hidden = ~mask
+    elif mask is not None:
+        scores = scores + Tensor(mask.astype(scores.dtype))  # an additive mask: 0 or -inf
+    if is_causal:
+        future = ~causal_mask(*scores.shape[-2:]).data  # (Tq, Tk): key j > query i
+        hidden = future if hidden is None else hidden | future
+    if hidden is not None:
+        scores = scores.masked_fill(hidden, -np.inf)  # no probability, no gradient
+    weights = softmax(scores, dim=-1)  # (..., Tq, Tk): rows sum to 1, or are 0 where nothing may be seen
+    out = dropout(weights, dropout_p) @ v  # (..., Tq, dv)
+    return out, weights
 
 
 def _attention_mask(mask: Any, shape: tuple[int, ...]) -> np.ndarray | None:
@@ -304,10 +349,12 @@ def _attention_mask(mask: Any, shape: tuple[int, ...]) -> np.ndarray | None:
 
 
 def _additive(mask: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
-    """The flash kernels' form of a mask: added to the scores, so a bool mask becomes 0 (attend) or -inf."""
-    if mask is None or mask.dtype != np.bool_:
-        return mask
-    return np.where(mask, 0.0, -np.inf).astype(dtype)
+    """The flash kernel's form of a mask: added to the scores, so a bool mask becomes 0 (attend) or -inf."""
+    if mask is None:
+        return None
+    if mask.dtype != np.bool_:
+        return mask.astype(dtype, copy=False)
+    return np.where(mask, dtype.type(0), dtype.type(-np.inf))
 
 
 def scaled_dot_product_attention(
@@ -319,13 +366,19 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     scale: float | None = None,
     return_weights: bool = False,
+    *,
+    attn_mask: Any = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """softmax(q k^T * scale + mask) v for q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv).
 
-    `mask` and `is_causal` combine: an entry is attended only if both allow it.
-    Without weights or dropout this runs the fused flash kernel; with
-    `return_weights=True` it returns (output, weights (..., Tq, Tk)).
+    `mask` (or PyTorch's name, `attn_mask`) and `is_causal` combine: an entry is attended only if both
+    allow it. Runs the flash kernel or the math path (see `sdpa_kernel`); with `return_weights=True`
+    it returns (output, weights (..., Tq, Tk)).
     """
+    if attn_mask is not None:
+        if mask is not None:
+            raise TypeError("scaled_dot_product_attention: pass the mask as mask= or attn_mask=, not both")
+        mask = attn_mask
     if q.ndim < 2 or len({q.shape[:-2], k.shape[:-2], v.shape[:-2]}) != 1:
         raise ValueError(
             f"scaled_dot_product_attention: q, k, v need the same leading dims, got {q.shape}, {k.shape}, {v.shape}"
@@ -337,18 +390,27 @@ def scaled_dot_product_attention(
         )
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     mask = _attention_mask(mask, q.shape[:-1] + (k.shape[-2],))
-    if not return_weights and dropout_p == 0.0:
+    kernel = _choose_kernel(return_weights or dropout_p > 0.0, "scaled_dot_product_attention")
+    if kernel == "flash":
         return FlashAttention.apply(q, k, v, scale=scale, causal=is_causal, bias=_additive(mask, q.dtype))
-
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
-    keep = None
-    if mask is not None and mask.dtype == np.bool_:
-        keep = mask
-    elif mask is not None:
-        scores = scores + Tensor(mask.astype(scores.dtype))
-    if is_causal:
-        causal = np.tril(np.ones(scores.shape[-2:], dtype=np.bool_))
-        keep = causal if keep is None else keep & causal
-    weights = Softmax.apply(scores, keep=keep)  # (..., Tq, Tk), rows sum to 1 (or 0 if dead)
-    out = dropout(weights, dropout_p) @ v  # (..., Tq, dv)
+    out, weights = attention_math(q, k, v, mask, is_causal, dropout_p, scale)
     return (out, weights) if return_weights else out
+
+
+def packed_self_attention(qkv: Tensor, mask: Any = None, is_causal: bool = False, scale: float | None = None) -> Tensor:
+    """Self-attention on packed q, k, v projections, qkv (..., T, 3, H, d) -> (..., T, H, d).
+
+    The same maths and masks as `scaled_dot_product_attention` on the heads q = qkv[..., 0, :, :] moved
+    to (..., H, T, d), and likewise k and v: the mask broadcasts to (..., H, T, T). Reshaping the result
+    to (..., T, H * d) merges the heads for free. No weights, no dropout.
+    """
+    if qkv.ndim < 4 or qkv.shape[-3] != 3:
+        raise ValueError(f"packed_self_attention: qkv must be (..., T, 3, H, d), got shape {qkv.shape}")
+    *lead, t, _, heads, d = qkv.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    mask = _attention_mask(mask, (*lead, heads, t, t))
+    if _choose_kernel(False, "packed_self_attention") == "flash":
+        return FlashAttention.apply(qkv, scale=scale, causal=is_causal, bias=_additive(mask, qkv.dtype))
+    q, k, v = (qkv[..., i, :, :].transpose(-3, -2) for i in range(3))  # (..., H, T, d)
+    out, _ = attention_math(q, k, v, mask, is_causal, 0.0, scale)
+    return out.transpose(-3, -2)  # (..., T, H, d)

@@ -1,0 +1,155 @@
+"""Flash attention: softmax(q k^T * scale + bias) v without ever building the (Tq, Tk) matrix.
+
+The queries are taken a block of rows at a time and the keys a tile of
+columns at a time. Forward, for one query block, over its key tiles (the
+online softmax; m the running row max, l the running sum, acc the running
+output):
+
+    S = q (k * scale)^T + bias            a (bq, bk) tile of scores
+    m' = max(m, rowmax S),  P = exp(S - m'),  alpha = exp(m - m')
+    l' = l alpha + rowsum P,  acc' = acc alpha + P V
+    out = acc / l,  lse = m + log l       (lse is saved for the backward)
+
+Backward (FlashAttention-2), recomputing P from lse instead of storing it:
+
+    P = exp(S - lse),  dV += P^T dO,  dP = dO V^T
+    dS = P (dP - delta),  delta = rowsum(dO * out)
+    dQ += scale dS K,  dK += scale dS^T q
+
+Every array carries two leading dims (p, h): a chunk of the (batch, head)
+groups, done together so that each numpy call covers many small problems.
+How the groups lie in memory, how they are cut into chunks and tiles, and
+which thread runs what live in layout.py and parallel.py; the numba kernels
+for one tile in tiles.py. A row with nothing to attend to (every key masked)
+gets l = 0: output 0, lse -inf, gradients 0. A NaN anywhere in a row's
+scores makes that row's output NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import (as_group_grid, bias_tile, group_chunks, grid_bias, key_ranges, key_tiles, new_like,
+                     query_blocks, tile_shape, transposed)
+from .parallel import parallel_each, threads_for
+from .tiles import online_softmax_tile, probs_from_lse, score_gradient
+
+
+def attend_query_block(q, kt, v, bias, groups, rows, causal, tile, out, lse):
+    """Forward for the query block `rows` of the chunk `groups`: writes its out and lse.
+
+    q (P, Q, Tq, d) and v (P, Q, Tk, dv) are the whole grids, kt (p, h, d, Tk) the chunk's (k * scale)^T.
+    """
+    q_block = q[groups + (rows,)]  # (p, h, bq, d)
+    shape = q_block.shape[:-1]  # (p, h, bq)
+    m = np.full(shape, -np.inf, q.dtype)  # running row max
+    l = np.zeros(shape, q.dtype)  # running row sum of exp(S - m)  # noqa: E741
+    alpha = np.empty(shape, q.dtype)  # exp(m_old - m_new), rescales what came before
+    acc = np.zeros(shape + v.shape[-1:], q.dtype)  # running sum of exp(S - m) V: (p, h, bq, dv)
+    for cols, crosses in key_tiles(rows, kt.shape[-1], causal, tile):
+        s = q_block @ kt[..., cols]  # S: (p, h, bq, bk)
+        if bias is not None:
+            s += bias_tile(bias, groups, rows, cols)
+        online_softmax_tile(_tiles(s), _rows(m), _rows(l), _rows(alpha), rows.start, cols.start, crosses)  # S <- P
+        acc *= alpha[..., None]
+        acc += s @ v[groups + (cols,)]  # acc' = acc alpha + P V: (p, h, bq, dv)
+    out[groups + (rows,)] = acc / np.where(l > 0, l, 1)[..., None]  # softmax(S) V, 0 where nothing is seen
+    lse[groups + (rows,)] = log_sum_exp(m, l)
+
+
+def backward_tile(q, k, kt, v_t, grad_out, lse, delta, bias, groups, rows, cols, crosses, scale, dq, dk, dv):
+    """The gradients one score tile contributes: added into dq[rows], dk[cols] and dv[cols] of the chunk.
+
+    kt (p, h, d, Tk) and v_t (p, h, dv, Tk) are the chunk's (k * scale)^T and v^T; lse and delta the
+    chunk's (p * h, Tq) rows; dq, dk, dv (p, h, T, d) the chunk's accumulators.
+    """
+    q_block, grad_block = q[groups + (rows,)], grad_out[groups + (rows,)]  # (p, h, bq, d), (p, h, bq, dv)
+    s = q_block @ kt[..., cols]  # S: (p, h, bq, bk)
+    if bias is not None:
+        s += bias_tile(bias, groups, rows, cols)
+    probs_from_lse(_tiles(s), lse[:, rows], rows.start, cols.start, crosses)  # S <- P = exp(S - lse)
+    dv[..., cols, :] += s.swapaxes(-1, -2) @ grad_block  # dV += P^T dO: (p, h, bk, dv)
+    dp = grad_block @ v_t[..., cols]  # dP = dO V^T: (p, h, bq, bk)
+    score_gradient(_tiles(s), _tiles(dp), delta[:, rows], scale)  # dP <- scale dS, dS = P (dP - delta)
+    dq[..., rows, :] += dp @ k[groups + (cols,)]  # dQ += scale dS K: (p, h, bq, d)
+    dk[..., cols, :] += dp.swapaxes(-1, -2) @ q_block  # dK += scale dS^T Q: (p, h, bk, d)
+
+
+def log_sum_exp(m: np.ndarray, l: np.ndarray) -> np.ndarray:  # noqa: E741
+    """lse = m + log l from a row's max m and sum l of exp(x - m); -inf where l = 0 (nothing seen)."""
+    live = l > 0
+    return np.where(live, m + np.log(np.where(live, l, 1)), np.where(np.isnan(l), np.nan, -np.inf))
+
+
+def _tiles(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1, *a.shape[-2:])  # (p, h, x, y) -> (p h, x, y), a view of a fresh (contiguous) array
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1, a.shape[-1])  # (p, h, x) -> (p h, x)
+
+
+def flash_attention_forward(q, k, v, scale, causal, bias):
+    """q (P, Q, Tq, d), k (P, Q, Tk, d), v (P, Q, Tk, dv) grids (layout.as_group_grid); bias from grid_bias.
+
+    Returns out (P, Q, Tq, dv) laid out like q, lse (P, Q, Tq) and kt = (k * scale)^T (P, Q, d, Tk),
+    which the backward needs again.
+    """
+    (n_outer, n_inner, tq, _), tk = q.shape, k.shape[2]
+    tile = tile_shape(tq)
+    out = new_like(q, v.shape[3])
+    lse = np.empty((n_outer, n_inner, tq), q.dtype)
+    kt = np.empty(k.shape[:2] + k.shape[:1:-1], k.dtype)
+    chunks = group_chunks((n_outer, n_inner, tq, tk), tile, q.itemsize)
+    parallel_each(lambda groups: transposed(k[groups], scale, kt[groups]), chunks, k.size)
+    items = [(groups, rows) for groups in chunks for rows in query_blocks(tq, tile)]
+    parallel_each(lambda item: attend_query_block(q, kt[item[0]], v, bias, *item, causal, tile, out, lse),
+                  items, float(q.size) * tk)
+    return out, lse, kt
+
+
+def flash_attention_backward(grad_out, q, k, v, out, lse, kt, scale, causal, bias):
+    """dq, dk, dv (each shaped like its input, contiguous) for the forward above.
+
+    Work items are (chunk, key range) pairs: each owns dk and dv over its keys. When there are fewer
+    chunks than threads the keys are cut into ranges, and each range adds into a dq of its own.
+    """
+    (n_outer, n_inner, tq, _), tk = q.shape, k.shape[2]
+    tile = tile_shape(tq)
+    chunks = group_chunks((n_outer, n_inner, tq, tk), tile, q.itemsize)
+    work = float(q.size) * tk * 2
+    ranges = key_ranges(tk, tile, -(-threads_for(work, len(chunks) * tk) // max(len(chunks), 1)))
+    dk, dv = np.zeros(k.shape, k.dtype), np.zeros(v.shape, v.dtype)
+    dq_parts = [np.zeros(q.shape, q.dtype) for _ in range(max(1, len(ranges)))]
+    delta = np.einsum("pqtd,pqtd->pqt", grad_out, out)  # rowsum(dO * out): (P, Q, Tq)
+    v_t = np.empty(v.shape[:2] + v.shape[:1:-1], v.dtype)  # (P, Q, dv, Tk)
+    parallel_each(lambda groups: transposed(v[groups], 1.0, v_t[groups]), chunks, v.size)
+
+    def run(item):
+        groups, r = item
+        chunk_lse, chunk_delta = (_rows(np.ascontiguousarray(a[groups])) for a in (lse, delta))  # (p h, Tq)
+        for rows in query_blocks(tq, tile):
+            for cols, crosses in key_tiles(rows, tk, causal, tile, ranges[r]):
+                backward_tile(q, k, kt[groups], v_t[groups], grad_out, chunk_lse, chunk_delta, bias, groups, rows,
+                              cols, crosses, scale, dq_parts[r][groups], dk[groups], dv[groups])
+
+    parallel_each(run, [(groups, r) for groups in chunks for r in range(len(ranges))], work)
+    return sum(dq_parts[1:], dq_parts[0]), dk, dv
+
+
+__all__ = ["as_group_grid", "attention_reference", "flash_attention_backward", "flash_attention_forward", "grid_bias"]
+
+
+def attention_reference(q, k, v, scale, causal, bias):
+    """Dense plain-numpy attention with the same masking rules, for the tests: softmax(q k^T * scale + bias) v."""
+    scores = (q @ np.swapaxes(k, -1, -2)) * scale
+    if bias is not None:
+        scores = scores + bias
+    if causal:
+        tq, tk = scores.shape[-2:]
+        scores = np.where(np.tri(tq, tk, dtype=bool), scores, -np.inf)
+    m = scores.max(axis=-1, keepdims=True)
+    dead = m == -np.inf
+    e = np.exp(scores - np.where(dead, 0, m))
+    weights = np.where(dead, 0, e / np.where(dead, 1, e.sum(axis=-1, keepdims=True)))
+    return weights @ v

@@ -1,0 +1,186 @@
+"""Where tinygrad_attn's parallel work runs: one pool of threads, sized by `set_num_threads`.
+
+Every parallel op cuts its work into independent items (row ranges of a row
+kernel, (groups, query block) pairs of attention, row blocks of a matrix
+product) and hands them to `parallel_for`. Each item runs single-threaded:
+numba kernels compiled `nogil`, and numpy's BLAS on small products. numpy and
+those kernels release the GIL, so the pool's threads really run at once.
+
+Oversubscription: numpy's OpenBLAS has a thread pool of its own. When it has
+more than one thread, the items run on the calling thread (BLAS parallelises
+each product) rather than on the pool: n pool threads each asking a
+multi-threaded BLAS for work would put n x m threads on the cores.
+`set_num_threads(n)` therefore sets BLAS to one thread and this pool to n,
+as `torch.set_num_threads` sets MKL's and OpenMP's; nothing here changes BLAS
+otherwise. An op never does.
+
+Thread safety: concurrent callers share the pool (its queue bounds the
+threads at n), the pool is created under a lock, and an item that itself
+calls `parallel_for` runs its items inline, so no worker waits on the pool.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+# Below this many multiply-adds (or element visits) an item list runs on the calling thread:
+# handing work to the pool and waiting for it costs tens of microseconds.
+MIN_PARALLEL_WORK = 1 << 18
+
+
+def _default_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+_num_threads = _default_threads()
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+_inside_worker = threading.local()
+
+
+def _openblas_library() -> ctypes.CDLL | None:
+    """The OpenBLAS that numpy loaded, if any (wheels ship it beside numpy)."""
+    folders = [os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs"), os.path.dirname(np.__file__)]
+    for folder in folders:
+        for path in sorted(glob.glob(os.path.join(folder, "*openblas*"))):
+            try:
+                return ctypes.CDLL(path)
+            except OSError:
+                continue
+    return None
+
+
+def _blas_function(names: tuple[str, ...], argtypes: list, restype) -> Callable | None:
+    library = _openblas_library()
+    for name in names:
+        function = getattr(library, name, None) if library is not None else None
+        if function is not None:
+            function.argtypes, function.restype = argtypes, restype
+            return function
+    return None
+
+
+_get_blas_threads = _blas_function(
+    ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads"), [], ctypes.c_int
+)
+_set_blas_threads = _blas_function(
+    ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads"),
+    [ctypes.c_int], None,
+)
+
+
+def blas_threads() -> int | None:
+    """How many threads numpy's OpenBLAS uses (read only); None for another BLAS."""
+    return None if _get_blas_threads is None else int(_get_blas_threads())
+
+
+def get_num_threads() -> int:
+    """The thread count of tinygrad_attn's pool."""
+    return _num_threads
+
+
+def set_num_threads(n: int) -> None:
+    """Run tinygrad_attn's parallel work on n threads, like `torch.set_num_threads`.
+
+    A process setting, made only when called: the pool gets n threads and numpy's
+    OpenBLAS one thread, so that the pool's items (each with single-threaded BLAS)
+    are the only parallel work and the cores are never oversubscribed. Large
+    matrix products are then split by rows over the pool instead.
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"set_num_threads: n must be an int, got {n!r}")
+    if n < 1:
+        raise ValueError(f"set_num_threads: n must be at least 1, got {n}")
+    global _num_threads
+    _num_threads = int(n)
+    if _set_blas_threads is not None:
+        _set_blas_threads(1)
+
+
+def _pool(n: int) -> ThreadPoolExecutor:
+    with _pools_lock:
+        if n not in _pools:
+            _pools[n] = ThreadPoolExecutor(n, thread_name_prefix="tinygrad_attn", initializer=_mark_worker)
+        return _pools[n]
+
+
+def _mark_worker() -> None:
+    _inside_worker.active = True
+
+
+def threads_for(work: float, n_items: int) -> int:
+    """How many threads `parallel_for` would use for n_items carrying `work` in all."""
+    if work < MIN_PARALLEL_WORK or getattr(_inside_worker, "active", False):
+        return 1
+    if (blas_threads() or 1) > 1:  # BLAS parallelises each product: more threads would oversubscribe
+        return 1
+    return max(1, min(_num_threads, n_items))
+
+
+def shares(n_items: int, n_threads: int) -> list[slice]:
+    """range(n_items) cut into n_threads contiguous slices of nearly equal size."""
+    bounds = np.linspace(0, n_items, n_threads + 1).round().astype(int)
+    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def parallel_for(task: Callable[[slice], None], n_items: int, work: float) -> None:
+    """Call task(items) on contiguous slices of range(n_items), one slice per thread when it pays.
+
+    Items must be independent (each writes only its own outputs). Exceptions
+    from any slice are raised here, after every slice has finished.
+    """
+    n = threads_for(work, n_items)
+    if n <= 1:
+        task(slice(0, n_items))
+        return
+    futures = [_pool(n).submit(task, s) for s in shares(n_items, n)]
+    errors = []
+    for future in futures:
+        try:
+            future.result()
+        except BaseException as err:  # noqa: BLE001  (re-raised below, once all slices are done)
+            errors.append(err)
+    if errors:
+        raise errors[0]
+
+
+def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a (N, K) @ b (K, M), its row blocks on the pool when BLAS is single-threaded and the product large."""
+    n_rows = a.shape[0]
+    n = threads_for(float(a.shape[0]) * a.shape[1] * b.shape[1], n_rows)
+    if n <= 1 or a.ndim != 2 or b.ndim != 2:
+        return a @ b
+    out = np.empty((n_rows, b.shape[1]), np.result_type(a, b))
+
+    def rows(s: slice) -> None:
+        np.matmul(a[s], b, out=out[s])
+
+    parallel_for(rows, n_rows, float("inf"))
+    return out
+
+
+def parallel_each(run: Callable, items: list, work: float) -> None:
+    """run(item) for every item, the items dealt round-robin to the threads (items late in a causal
+    sequence carry more work, so contiguous shares would be uneven)."""
+    n = threads_for(work, len(items))
+
+    def share(threads: slice) -> None:
+        for t in range(threads.start, threads.stop):
+            for item in items[t::n]:
+                run(item)
+
+    if n <= 1:
+        for item in items:
+            run(item)
+    else:
+        parallel_for(share, n, float("inf"))

@@ -1,0 +1,176 @@
+"""The numba kernels of flash attention: what happens to one score tile, in place.
+
+A tile holds scores S (G, bq, bk) for G groups, bq query rows and bk key
+columns; (q_start, k_start) place it in the whole (Tq, Tk) matrix, so that the
+causal rule (key k_start + j is hidden from query q_start + i when
+j > i + q_start - k_start, `visible_keys`) can be applied without building a
+mask. Each kernel reads the rule the same way: entries past `limit` in a row
+are hidden and become 0.
+
+`maximum` and `exp_vectorizable` are the two scalar functions the loops are
+written with. Compiled, they become LLVM's NaN-propagating `maximum` and an
+exp made of a polynomial and an exponent shift, both of which LLVM turns into
+vector instructions; numba's `max` and `math.exp` do not vectorise. Without
+numba (NUMBA_DISABLE_JIT=1) their plain Python definitions run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
+
+from . import SAFE_FASTMATH
+
+
+def maximum(a, b):
+    """The larger of two floats, NaN when either is NaN (IEEE 754-2019 maximum).
+
+    Compiled, it is LLVM's `maximum`, which the loop vectoriser turns into a
+    vector reduction (numba's `max` compiles to a chain of compare-and-selects).
+    A NaN score reaches the row max, and from it the output.
+    """
+    return a if a > b or a != a else b
+
+
+@intrinsic
+def _llvm_maximum(typingctx, a, b):
+    if a == b and isinstance(a, types.Float):
+        def codegen(context, builder, signature, args):
+            function_type = ir.FunctionType(args[0].type, [args[0].type, args[1].type])
+            function = cgutils.get_or_insert_function(builder.module, function_type, f"llvm.maximum.f{a.bitwidth}")
+            return builder.call(function, args)
+        return a(a, b), codegen
+    return None
+
+
+@overload(maximum)
+def _maximum_compiled(a, b):
+    if a == b and isinstance(a, types.Float):
+        return lambda a, b: _llvm_maximum(a, b)
+    return None
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def row_max(scores, g, i, limit, start):
+    """max(start, scores[g, i, 0], ..., scores[g, i, limit - 1]), NaN if any of them is NaN.
+
+    The kernels index the tile directly rather than pass row views, whose
+    reference counting per row keeps this function from being inlined.
+    """
+    m = start
+    for j in range(limit):
+        m = maximum(m, scores[g, i, j])
+    return m
+
+
+@intrinsic
+def _float_from_bits(typingctx, bits):
+    """The float whose IEEE bits are `bits` (int32 -> float32, int64 -> float64): builds 2^n exactly."""
+    width = {types.int32: (types.float32, ir.FloatType()), types.int64: (types.float64, ir.DoubleType())}
+    if bits in width:
+        result, llvm_type = width[bits]
+        return result(bits), lambda context, builder, signature, args: builder.bitcast(args[0], llvm_type)
+    return None
+
+
+def exp_vectorizable(s):
+    """exp(s), in a form LLVM vectorises inside the tile kernels (numba's own exp calls libm one value at a time).
+
+    Compiled, it is exp(s) = 2^n e^r with n = round(s / ln 2) and r = s - n ln 2 in [-ln2/2, ln2/2]
+    (ln 2 split in two parts, so r is exact), e^r from its Taylor series (degree 7 for float32, 13
+    for float64: within 2 ulp of numpy's exp) and 2^n built from its exponent bits. Results below the
+    smallest normal float flush to 0, so exp(-inf) = 0. Without numba, this plain definition runs.
+    """
+    return math.exp(s)
+
+
+def _exp_float32(s):
+    n = np.rint(s * np.float32(1.4426950408889634))  # s / ln 2
+    r = s - n * np.float32(0.693145751953125) - n * np.float32(1.428606820309417e-06)  # ln 2 = hi + lo
+    p = np.float32(1 / 5040)
+    for c in (1 / 720, 1 / 120, 1 / 24, 1 / 6, 1 / 2, 1.0, 1.0):
+        p = p * r + np.float32(c)
+    two_n = _float_from_bits(np.int32((np.int32(n) + np.int32(127)) << np.int32(23)))
+    return np.float32(0.0) if s < np.float32(-87.0) else p * two_n
+
+
+def _exp_float64(s):
+    n = np.rint(s * 1.4426950408889634)
+    r = s - n * 0.6931471803691238 - n * 1.9082149292705877e-10
+    p = 1 / 6227020800
+    for c in (1 / 479001600, 1 / 39916800, 1 / 3628800, 1 / 362880, 1 / 40320, 1 / 5040, 1 / 720, 1 / 120,
+              1 / 24, 1 / 6, 1 / 2, 1.0, 1.0):
+        p = p * r + c
+    two_n = _float_from_bits((np.int64(n) + np.int64(1023)) << np.int64(52))
+    return 0.0 if s < -708.0 else p * two_n
+
+
+# No reassociation here: it would let LLVM merge (s - n hi) - n lo into s - n ln 2 and lose r's precision.
+@overload(exp_vectorizable, jit_options={"fastmath": {"contract", "nsz"}})
+def _exp_vectorizable_compiled(s):
+    return {types.float32: _exp_float32, types.float64: _exp_float64}.get(s)
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def visible_keys(i, bk, q_start, k_start, causal):
+    """How many leading keys of a tile row i may see: key k_start + j is hidden from query q_start + i when
+    j > i + q_start - k_start."""
+    return max(min(bk, q_start + i - k_start + 1), 0) if causal else bk
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def online_softmax_tile(scores, maxima, sums, alpha, q_start, k_start, causal):
+    """One key tile of a longer row, for the online softmax; in place.
+
+    scores (G, bq, bk) -> P = exp(S - m') with m' = max(m, max_j S_j) the new running max; masked
+    entries become 0. maxima (G, bq) becomes m'; alpha (G, bq) receives exp(m - m'), which rescales
+    what was accumulated under the old max; sums (G, bq) becomes l * alpha + sum_j P_j.
+    """
+    groups, bq, bk = scores.shape
+    for g in range(groups):
+        for i in range(bq):
+            limit = visible_keys(i, bk, q_start, k_start, causal)
+            m_old = maxima[g, i]
+            m = row_max(scores, g, i, limit, m_old)
+            if m == -np.inf:  # nothing seen yet in this row: all its P are 0
+                limit = 0
+            total = scores.dtype.type(0)
+            for j in range(limit):
+                p = exp_vectorizable(scores[g, i, j] - m)
+                scores[g, i, j] = p
+                total += p
+            scores[g, i, limit:] = 0  # a slice, which compiles to a memset (a loop from `limit` does not vectorise)
+            rescale = exp_vectorizable(m_old - m) if m_old > -np.inf else scores.dtype.type(0)
+            alpha[g, i] = rescale
+            sums[g, i] = sums[g, i] * rescale + total
+            maxima[g, i] = m
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def probs_from_lse(scores, lse, q_start, k_start, causal):
+    """scores (G, bq, bk) -> P = exp(S - lse) in place, recomputed for the backward; 0 where masked or dead."""
+    groups, bq, bk = scores.shape
+    for g in range(groups):
+        for i in range(bq):
+            shift = lse[g, i]  # a local, so the loop below has no load that may alias the scores
+            limit = 0 if shift == -np.inf else visible_keys(i, bk, q_start, k_start, causal)  # NaN goes on
+            for j in range(limit):
+                scores[g, i, j] = exp_vectorizable(scores[g, i, j] - shift)
+            scores[g, i, limit:] = 0
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def score_gradient(probs, grad_probs, delta, scale):
+    """grad_probs (G, bq, bk) -> scale * dS, dS = P * (dP - delta), in place: the softmax backward of a
+    tile, times the score scale that dQ = scale dS K and dK = scale dS^T Q both need."""
+    groups, bq, bk = probs.shape
+    for g in range(groups):
+        for i in range(bq):
+            d = delta[g, i]
+            for j in range(bk):
+                grad_probs[g, i, j] = probs[g, i, j] * (grad_probs[g, i, j] - d) * scale
