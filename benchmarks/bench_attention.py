@@ -5,7 +5,7 @@ for the input and every weight, float32. Each (framework, shape) runs in its
 own subprocess with the same thread count, so the peak RSS reported is that
 case's alone. Times are medians over --reps repetitions after warm-up.
 
-    python benchmarks/bench_attention.py --threads 2
+    python benchmarks/bench_attention.py --threads 1 2 4 8 16
     python benchmarks/bench_attention.py --shapes 32,32,64,4 --frameworks tinygrad_attn,torch_sdpa
 """
 
@@ -35,10 +35,12 @@ def make_inputs(b, t, e, seed=0):
     return x, weights, biases, grad_out
 
 
-def step_tinygrad_attn(b, t, e, h):
+def step_tinygrad_attn(b, t, e, h, threads):
     import numpy as np
 
     import tinygrad_attn as ta
+
+    ta.runtime.configure(threads)  # what the command line does: the pool on `threads` threads, BLAS on one, allocator
 
     x_np, weights, biases, grad_out = make_inputs(b, t, e)
     mha = ta.nn.MultiHeadAttention(e, h)
@@ -132,9 +134,8 @@ def step_torch(b, t, e, h, use_sdpa):
 
 
 def default_reps(shape):
-    """Repetitions per case and round: about 1e9 multiply-adds' worth, at least 5, at most 200. A case of the
-    smallest shape then times about half a second, so a burst of the shared host's load moves its median
-    less than it did over the 0.1 s of the 30 repetitions it had before."""
+    """Repetitions per case and round: about 1e9 multiply-adds' worth, at least 5, at most 200, so that a
+    burst of the shared host's load moves the median of even the smallest case little."""
     b, t, e, _ = shape
     return max(5, min(200, int(1e9 / (b * t * t * e + b * t * e * e))))
 
@@ -152,7 +153,7 @@ def run_case(framework, shape, threads, reps, warmup):
     elif framework == "numpy":
         step = step_numpy(b, t, e, h)
     else:
-        step = step_tinygrad_attn(b, t, e, h)
+        step = step_tinygrad_attn(b, t, e, h, threads)
     for _ in range(warmup):
         step()
     times = []
@@ -172,6 +173,16 @@ def thread_env(threads):
     return env
 
 
+def pinned(command, threads):
+    """The command pinned to the first `threads` cores with taskset, where there is taskset and that many cores."""
+    import shutil
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if shutil.which("taskset") and threads <= cores:
+        return ["taskset", "-c", f"0-{threads - 1}", *command]
+    return command
+
+
 def available(framework):
     if not framework.startswith("torch"):
         return True
@@ -185,7 +196,7 @@ def available(framework):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts, e.g. 1 2 4 8 16")
     parser.add_argument("--shapes", nargs="*", help="B,T,E,H ... (default: the four standard shapes)")
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS))
     parser.add_argument("--reps", type=int, default=0, help="repetitions (default: by size)")
@@ -198,12 +209,21 @@ def main():
 
     if args.case:
         framework, shape, reps = json.loads(args.case)
-        print(json.dumps(run_case(framework, tuple(shape), args.threads, reps, warmup=max(2, reps // 10))))
+        print(json.dumps(run_case(framework, tuple(shape), args.threads[0], reps, warmup=max(2, reps // 10))))
         return
+    results = []
+    for threads in args.threads:
+        results += run_thread_count(args, threads)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def run_thread_count(args, threads):
 
     shapes = [tuple(int(n) for n in s.split(",")) for s in args.shapes] if args.shapes else SHAPES
     frameworks = [f for f in args.frameworks.split(",") if available(f)]
-    print(f"threads={args.threads}  float32  causal  forward+backward  "
+    print(f"\nthreads={threads}  float32  causal  forward+backward  "
           f"(median ms over {args.rounds} interleaved rounds, ratio = median of per-round ratios)")
     results = []
     for shape in shapes:
@@ -215,8 +235,8 @@ def main():
                 if framework == "numpy" and b * t * t * h * 4 > args.numpy_max_mb * 2**20:
                     continue
                 case = json.dumps([framework, shape, reps])
-                proc = subprocess.run([sys.executable, __file__, "--threads", str(args.threads), "--case", case],
-                                      capture_output=True, text=True, env=thread_env(args.threads))
+                command = pinned([sys.executable, __file__, "--threads", str(threads), "--case", case], threads)
+                proc = subprocess.run(command, capture_output=True, text=True, env=thread_env(threads))
                 if proc.returncode != 0:
                     print(f"  {framework} {shape} failed: {proc.stderr.strip().splitlines()[-1:]}")
                     continue
@@ -234,11 +254,9 @@ def main():
                 ratio = f"{statistics.median(r['ms'] / best for r, best in zip(runs, torch_rounds)):.2f}"
             peak = max(r["peak_mb"] for r in runs)
             print(f"  {framework:<15}{ms:>10.1f}{ratio:>15}{peak:>10.0f}")
-            results.append({"framework": framework, "shape": shape, "ms": ms, "ratio_vs_best_torch": ratio,
-                            "peak_mb": peak, "rounds": [r["ms"] for r in runs]})
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            results.append({"framework": framework, "shape": shape, "threads": threads, "ms": ms,
+                            "ratio_vs_best_torch": ratio, "peak_mb": peak, "rounds": [r["ms"] for r in runs]})
+    return results
 
 
 if __name__ == "__main__":

@@ -8,9 +8,9 @@
     x.grad                                  # d p_2 / d x
 """
 
-from . import runtime  # noqa: F401, I001  (process settings first: see runtime.py)
-from . import debug, functional, interop, nn, optim, tasks, viz
+from . import debug, functional, interop, nn, optim, runtime, tasks, viz
 from .debug import detect_anomaly, trace_backward
+from .functional import sdpa_kernel
 from .gradcheck import GradcheckError, gradcheck
 from .kernels.parallel import get_num_threads, set_num_threads
 from .masks import causal_mask, padding_mask
@@ -31,6 +31,7 @@ __all__ = [
     "detect_anomaly",
     "causal_mask",
     "functional",
+    "get_num_threads",
     "gradcheck",
     "interop",
     "is_grad_enabled",
@@ -40,6 +41,8 @@ __all__ = [
     "no_grad",
     "optim",
     "padding_mask",
+    "runtime",
+    "sdpa_kernel",
     "save",
     "set_num_threads",
     "stack",

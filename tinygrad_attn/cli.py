@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--checkpoint-every", type=int, default=200, help="write checkpoint.npz every K steps")
     train.add_argument("--resume", action="store_true", help="continue from the run folder's checkpoint")
     train.add_argument("--threads", type=int, default=1,
-                       help="threads for numba and BLAS (default 1: toy models are too small for more to pay)")
+                       help="threads for tinygrad_attn's pool, BLAS then on one (default 1: toy models are too "
+                            "small for more to pay)")
     train.add_argument("--target", type=float, help="stop at this held-out exact-match accuracy")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--no-plot", action="store_true", help="do not draw attention.png")
@@ -43,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> None:
-    from .kernels.parallel import set_num_threads
+    from . import runtime
     from .train import TrainConfig, train
 
     if args.task not in TASKS:
@@ -57,8 +58,9 @@ def _train(args: argparse.Namespace) -> None:
     out = args.out or os.path.join("runs", args.task)
     if args.resume and not os.path.exists(os.path.join(out, "checkpoint.npz")):
         raise ValueError(f"--resume: no checkpoint.npz in {out}")
-    if args.threads is not None:
-        set_num_threads(args.threads)
+    if args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {args.threads}")
+    runtime.configure(threads=args.threads)  # the process settings a training run wants: see runtime.py
     config = TrainConfig(task=args.task, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                          out=out, checkpoint_every=args.checkpoint_every, resume=args.resume, target=args.target,
                          progress=not args.no_progress, plot=not args.no_plot)

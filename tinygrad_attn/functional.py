@@ -100,6 +100,10 @@ def log_softmax(x: Tensor, dim: int = -1, mask: Any = None) -> Tensor:
     return _along_last(LogSoftmax, x, dim, _bool_mask(mask, x.shape, "log_softmax"))
 
 
+Tensor.softmax = lambda self, dim=-1: softmax(self, dim)  # x.softmax(dim), as in PyTorch
+Tensor.log_softmax = lambda self, dim=-1: log_softmax(self, dim)
+
+
 class LayerNorm(Function):
     """Normalise over the last axis, then scale by weight and shift by bias (both (N,))."""
 

@@ -447,4 +447,141 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
     return Where.apply(cond, a, b)
 
 
+# --- Tensor's operators and methods: each calls one of the Functions above --------------------------
+
+
+class _TensorMethods:
+    """Installed on Tensor below; here so that tensor.py need not import the ops."""
+
+    # --- arithmetic (gradient rules in py) ---------------------------------
+    def _operand(self, other: Any) -> Tensor:
+        """`other` as a tensor; a Python number takes this tensor's float dtype."""
+        if isinstance(other, Tensor):
+            return other
+        if isinstance(other, (int, float, bool)) and self.dtype.kind == "f":
+            return Tensor(np.asarray(other, dtype=self.dtype))
+        return Tensor(other)
+
+    def _binary(self, op: type[Function], other: Any, reverse: bool = False) -> Tensor:
+        other = self._operand(other)
+        a, b = (other, self) if reverse else (self, other)
+        if a.shape != b.shape:
+            check_broadcast(op.__name__.lower(), a.shape, b.shape)
+        return op.apply(a, b)
+
+    def __add__(self, other): return self._binary(Add, other)
+    def __radd__(self, other): return self._binary(Add, other, reverse=True)
+    def __sub__(self, other): return self._binary(Sub, other)
+    def __rsub__(self, other): return self._binary(Sub, other, reverse=True)
+    def __mul__(self, other): return self._binary(Mul, other)
+    def __rmul__(self, other): return self._binary(Mul, other, reverse=True)
+    def __truediv__(self, other): return self._binary(Div, other)
+    def __rtruediv__(self, other): return self._binary(Div, other, reverse=True)
+    def __neg__(self): return Neg.apply(self)
+
+    def __pow__(self, exponent: float) -> Tensor:
+        if isinstance(exponent, Tensor) or not np.isscalar(exponent):
+            raise TypeError(f"pow: the exponent must be a Python number, got {type(exponent).__name__}")
+        return Pow.apply(self, exponent=exponent)
+
+    def matmul(self, other: Any) -> Tensor:
+        other = self._operand(other)
+        check_matmul(self.shape, other.shape)
+        return MatMul.apply(self, other)
+
+    def __matmul__(self, other): return self.matmul(other)
+    def __rmatmul__(self, other): return self._operand(other).matmul(self)
+
+    # comparisons give bool tensors with no history
+    def __lt__(self, other): return Tensor(self.data < self._operand(other).data)
+    def __le__(self, other): return Tensor(self.data <= self._operand(other).data)
+    def __gt__(self, other): return Tensor(self.data > self._operand(other).data)
+    def __ge__(self, other): return Tensor(self.data >= self._operand(other).data)
+    def __eq__(self, other): return Tensor(self.data == self._operand(other).data)  # type: ignore[override]
+    def __ne__(self, other): return Tensor(self.data != self._operand(other).data)  # type: ignore[override]
+
+    # --- elementwise functions ----------------------------------------------
+    def exp(self): return Exp.apply(self)
+    def log(self): return Log.apply(self)
+    def sqrt(self): return Sqrt.apply(self)
+    def tanh(self): return Tanh.apply(self)
+    def sigmoid(self): return Sigmoid.apply(self)
+    def relu(self): return Relu.apply(self)
+
+    def astype(self, dtype: Any) -> Tensor:
+        """A differentiable cast: the gradient flows back in this tensor's dtype."""
+        return self if np.dtype(dtype) == self.dtype else Cast.apply(self, dtype=np.dtype(dtype))
+
+    def float(self): return self.astype(np.float32)
+    def double(self): return self.astype(np.float64)
+
+    # --- reductions ---------------------------------------------------------
+    def sum(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
+        return Sum.apply(self, axis=normalize_dims(dim, self.ndim, "sum"), keepdim=keepdim)
+
+    def mean(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
+        axis = normalize_dims(dim, self.ndim, "mean")
+        count = int(np.prod([self.shape[a] for a in axis]))
+        return self.sum(dim, keepdim) * (1.0 / max(count, 1))
+
+    def max(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
+        """Largest value; the gradient is split evenly among tied maxima."""
+        if self.size == 0:
+            raise ValueError(f"max: the tensor of shape {self.shape} is empty")
+        return Max.apply(self, axis=normalize_dims(dim, self.ndim, "max"), keepdim=keepdim)
+
+    # --- shape ----------------------------------------------------------------
+    def reshape(self, *shape: Any) -> Tensor:
+        shape = resolve_shape(shape, self.shape)
+        return self if shape == self.shape else Reshape.apply(self, shape=shape)
+
+    view = reshape
+
+    def permute(self, *dims: Any) -> Tensor:
+        dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+        if sorted(normalize_dim(d, self.ndim, "permute") for d in dims) != list(range(self.ndim)):
+            raise ValueError(f"permute: dims {dims} are not a permutation of the {self.ndim} dims of {self.shape}")
+        return Permute.apply(self, dims=tuple(normalize_dim(d, self.ndim, "permute") for d in dims))
+
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        dims = list(range(self.ndim))
+        a, b = normalize_dim(dim0, self.ndim, "transpose"), normalize_dim(dim1, self.ndim, "transpose")
+        dims[a], dims[b] = dims[b], dims[a]
+        return Permute.apply(self, dims=tuple(dims))
+
+    @property
+    def T(self) -> Tensor:
+        if self.ndim != 2:
+            raise ValueError(f".T: only for 2-D tensors, this one has shape {self.shape}; use transpose(dim0, dim1)")
+        return self.transpose(0, 1)
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        dim = normalize_dim(dim, self.ndim + 1, "unsqueeze")
+        return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+    def squeeze(self, dim: int | None = None) -> Tensor:
+        if dim is None:
+            return self.reshape(tuple(n for n in self.shape if n != 1))
+        dim = normalize_dim(dim, self.ndim, "squeeze")
+        if self.shape[dim] != 1:
+            return self
+        return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
+
+    def __getitem__(self, index: Any) -> Tensor:
+        return GetItem.apply(self, index=normalize_index(index, self.shape))
+
+    def masked_fill(self, mask: Any, value: float) -> Tensor:
+        """Entries where the bool `mask` is True become `value` (and get no gradient)."""
+        mask = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+        if mask.dtype != np.bool_:
+            raise TypeError(f"masked_fill: mask must be bool, got dtype {mask.dtype}")
+        if check_broadcast("masked_fill", mask.shape, self.shape) != self.shape:
+            raise ValueError(f"masked_fill: mask of shape {mask.shape} does not broadcast to the tensor's {self.shape}")
+        return Where.apply(Tensor(mask), Tensor(np.asarray(value, dtype=self.dtype)), self)
+
+
+for _name, _method in vars(_TensorMethods).items():
+    if _name not in ("__module__", "__dict__", "__weakref__", "__doc__", "__qualname__"):
+        setattr(Tensor, _name, _method)
+
 __all__ = ["Context", "Function", "Tensor", "cat", "stack", "where"]

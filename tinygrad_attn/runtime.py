@@ -1,17 +1,18 @@
-"""Process settings applied when tinygrad_attn is imported, each measured to matter on a CPU.
+"""Process settings that make training faster, applied only when asked (the command line asks).
 
-1. OpenMP waits passively. numba's OpenMP thread pool spins while it waits for
-   work by default, and so does OpenBLAS; when BLAS calls and parallel kernels
-   alternate, as they do in attention, the two fight for the cores (measured:
-   a 30x slowdown on 2 cores). This must be set before numba starts its pool.
-2. glibc's allocator keeps freed memory for reuse. By default an array above
-   128 KiB is mapped fresh from the OS and returned when freed, so every
-   activation of every step pays page faults on new pages (measured: a toy
-   training step 28.5 -> 20 ms, a fifth of its time). `mallopt` raises the
-   mmap and trim thresholds; nothing changes outside glibc.
+Importing tinygrad_attn changes nothing in the process. A program that wants
+what the `tinygrad-attn` command gets calls `configure(threads)`:
 
-Settings the user made (OMP_WAIT_POLICY, MALLOC_*_ environment variables)
-are left as they are.
+1. `set_num_threads(threads)`: tinygrad_attn's pool runs on `threads` threads
+   and numpy's OpenBLAS on one, so the two never oversubscribe the cores (see
+   kernels/parallel.py).
+2. `keep_freed_memory()`: glibc's allocator maps an array above 128 KiB fresh
+   from the OS and returns it when freed, so every activation of every step
+   pays page faults on new pages. Raising the mmap and trim thresholds with
+   `mallopt` keeps freed memory for reuse. Left alone when the user set any
+   MALLOC_* variable, and a no-op outside glibc.
+
+docs/performance.md gives what each one gains, measured.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ import ctypes
 import ctypes.util
 import os
 
+from .kernels.parallel import set_num_threads
+
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 
 
-def _keep_freed_memory() -> bool:
+def keep_freed_memory() -> bool:
+    """Ask glibc to keep freed memory under 64 MiB per array for reuse; True if it was changed."""
     if any(name.startswith("MALLOC_") for name in os.environ):
         return False
     try:
@@ -38,5 +42,12 @@ def _keep_freed_memory() -> bool:
     return bool(ok)
 
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-KEPT_FREED_MEMORY = _keep_freed_memory()
+def configure(threads: int | None = None, allocator: bool = True) -> dict:
+    """Apply the settings above (threads only when given); returns what was done."""
+    done = {"threads": None, "allocator": False}
+    if threads is not None:
+        set_num_threads(threads)
+        done["threads"] = threads
+    if allocator:
+        done["allocator"] = keep_freed_memory()
+    return done

@@ -32,7 +32,7 @@ import numpy as np
 from .layout import (as_group_grid, bias_tile, group_chunks, grid_bias, key_ranges, key_tiles, new_like,
                      query_blocks, tile_shape, transposed)
 from .parallel import parallel_each, threads_for
-from .tiles import online_softmax_tile, probs_from_lse, score_gradient
+from .tiles import online_softmax_tile, probs_from_lse, score_gradient, softmax_tile
 
 
 def attend_query_block(q, kt, v, bias, groups, rows, causal, tile, out, lse):
@@ -44,12 +44,18 @@ def attend_query_block(q, kt, v, bias, groups, rows, causal, tile, out, lse):
     shape = q_block.shape[:-1]  # (p, h, bq)
     m = np.full(shape, -np.inf, q.dtype)  # running row max
     l = np.zeros(shape, q.dtype)  # running row sum of exp(S - m)  # noqa: E741
+    tiles = list(key_tiles(rows, kt.shape[-1], causal, tile))
+    if len(tiles) == 1:  # all the keys in one tile: a plain softmax, no running max
+        ((cols, crosses),) = tiles
+        s = _scores(q_block, kt, bias, groups, rows, cols)  # S: (p, h, bq, bk)
+        softmax_tile(_tiles(s), _rows(m), _rows(l), rows.start, cols.start, crosses)  # S <- softmax(S)
+        np.matmul(s, v[groups + (cols,)], out=out[groups + (rows,)])  # softmax(S) V: (p, h, bq, dv)
+        lse[groups + (rows,)] = log_sum_exp(m, l)
+        return
     alpha = np.empty(shape, q.dtype)  # exp(m_old - m_new), rescales what came before
     acc = np.zeros(shape + v.shape[-1:], q.dtype)  # running sum of exp(S - m) V: (p, h, bq, dv)
-    for cols, crosses in key_tiles(rows, kt.shape[-1], causal, tile):
-        s = q_block @ kt[..., cols]  # S: (p, h, bq, bk)
-        if bias is not None:
-            s += bias_tile(bias, groups, rows, cols)
+    for cols, crosses in tiles:
+        s = _scores(q_block, kt, bias, groups, rows, cols)  # S: (p, h, bq, bk)
         online_softmax_tile(_tiles(s), _rows(m), _rows(l), _rows(alpha), rows.start, cols.start, crosses)  # S <- P
         acc *= alpha[..., None]
         acc += s @ v[groups + (cols,)]  # acc' = acc alpha + P V: (p, h, bq, dv)
@@ -64,15 +70,21 @@ def backward_tile(q, k, kt, v_t, grad_out, lse, delta, bias, groups, rows, cols,
     chunk's (p * h, Tq) rows; dq, dk, dv (p, h, T, d) the chunk's accumulators.
     """
     q_block, grad_block = q[groups + (rows,)], grad_out[groups + (rows,)]  # (p, h, bq, d), (p, h, bq, dv)
-    s = q_block @ kt[..., cols]  # S: (p, h, bq, bk)
-    if bias is not None:
-        s += bias_tile(bias, groups, rows, cols)
+    s = _scores(q_block, kt, bias, groups, rows, cols)  # S: (p, h, bq, bk)
     probs_from_lse(_tiles(s), lse[:, rows], rows.start, cols.start, crosses)  # S <- P = exp(S - lse)
     dv[..., cols, :] += s.swapaxes(-1, -2) @ grad_block  # dV += P^T dO: (p, h, bk, dv)
     dp = grad_block @ v_t[..., cols]  # dP = dO V^T: (p, h, bq, bk)
     score_gradient(_tiles(s), _tiles(dp), delta[:, rows], scale)  # dP <- scale dS, dS = P (dP - delta)
     dq[..., rows, :] += dp @ k[groups + (cols,)]  # dQ += scale dS K: (p, h, bq, d)
     dk[..., cols, :] += dp.swapaxes(-1, -2) @ q_block  # dK += scale dS^T Q: (p, h, bk, d)
+
+
+def _scores(q_block, kt, bias, groups, rows, cols):
+    """S = q (k * scale)^T + bias for one tile: (p, h, bq, bk)."""
+    s = q_block @ kt[..., cols]
+    if bias is not None:
+        s += bias_tile(bias, groups, rows, cols)
+    return s
 
 
 def log_sum_exp(m: np.ndarray, l: np.ndarray) -> np.ndarray:  # noqa: E741
@@ -121,7 +133,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, kt, scale, causal, bia
     ranges = key_ranges(tk, tile, -(-threads_for(work, len(chunks) * tk) // max(len(chunks), 1)))
     dk, dv = np.zeros(k.shape, k.dtype), np.zeros(v.shape, v.dtype)
     dq_parts = [np.zeros(q.shape, q.dtype) for _ in range(max(1, len(ranges)))]
-    delta = np.einsum("pqtd,pqtd->pqt", grad_out, out)  # rowsum(dO * out): (P, Q, Tq)
+    delta = (grad_out * out) @ np.ones(out.shape[-1], out.dtype)  # rowsum(dO * out): (P, Q, Tq)
     v_t = np.empty(v.shape[:2] + v.shape[:1:-1], v.dtype)  # (P, Q, dv, Tk)
     parallel_each(lambda groups: transposed(v[groups], 1.0, v_t[groups]), chunks, v.size)
 

@@ -124,6 +124,33 @@ def visible_keys(i, bk, q_start, k_start, causal):
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def softmax_tile(scores, maxima, sums, q_start, k_start, causal):
+    """A query block's only key tile: scores (G, bq, bk) -> P = softmax(S) in place.
+
+    No running max is needed when the whole row is in one tile. maxima and sums (G, bq) receive each
+    row's max m and sum l of exp(S - m), from which lse = m + log l. Masked entries become 0; a row with
+    nothing to attend to is all 0, with l = 0.
+    """
+    groups, bq, bk = scores.shape
+    for g in range(groups):
+        for i in range(bq):
+            limit = visible_keys(i, bk, q_start, k_start, causal)
+            m = row_max(scores, g, i, limit, scores.dtype.type(-np.inf))  # in the scores' dtype: exp stays float32
+            if m == -np.inf:
+                limit = 0
+            total = scores.dtype.type(0)
+            for j in range(limit):
+                p = exp_vectorizable(scores[g, i, j] - m)
+                scores[g, i, j] = p
+                total += p
+            inverse = scores.dtype.type(1) / total if limit else scores.dtype.type(0)
+            for j in range(limit):
+                scores[g, i, j] *= inverse
+            scores[g, i, limit:] = 0  # a slice, which compiles to a memset (a loop from `limit` does not vectorise)
+            maxima[g, i], sums[g, i] = m, total
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
 def online_softmax_tile(scores, maxima, sums, alpha, q_start, k_start, causal):
     """One key tile of a longer row, for the online softmax; in place.
 
