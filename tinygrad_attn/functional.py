@@ -22,7 +22,7 @@ from . import rng
 from .kernels.flash import as_group_grid, flash_attention_backward, flash_attention_forward, grid_bias
 from .kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from .kernels.gelu import gelu_backward, gelu_forward
-from .kernels.layernorm import layer_norm_backward_input, layer_norm_backward_params, layer_norm_forward
+from .kernels.layernorm import layer_norm_backward, layer_norm_forward
 from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
 from .masks import causal_mask
 from .ops import check_broadcast, normalize_dim
@@ -117,12 +117,8 @@ class LayerNorm(Function):
     @staticmethod
     def backward(ctx, grad):
         x2, weight, mean, rstd = ctx.saved_tensors
-        g2 = _rows(grad)  # (R, N)
-        grad_x = layer_norm_backward_input(g2, x2, weight, mean, rstd).reshape(grad.shape)
-        if not (ctx.needs_input_grad[1] or ctx.needs_input_grad[2]):
-            return grad_x, None, None
-        grad_weight, grad_bias = layer_norm_backward_params(g2, x2, mean, rstd)  # sums of g * xhat and of g
-        return grad_x, grad_weight, grad_bias
+        grad_x, grad_weight, grad_bias = layer_norm_backward(_rows(grad), x2, weight, mean, rstd)  # (R, N), (N,), (N,)
+        return grad_x.reshape(grad.shape), grad_weight, grad_bias
 
 
 def layer_norm(
@@ -149,21 +145,27 @@ def layer_norm(
 
 
 class Gelu(Function):
+    """x * Phi(x), elementwise; `approximate` picks the tanh form."""
+
     @staticmethod
-    def forward(ctx, x):
+    def forward(ctx, x, approximate):
         flat = np.ascontiguousarray(x).reshape(-1)
         ctx.save_for_backward(flat)
-        return gelu_forward(flat).reshape(x.shape)
+        ctx.approximate = approximate
+        return gelu_forward(flat, approximate).reshape(x.shape)
 
     @staticmethod
     def backward(ctx, grad):
         (flat,) = ctx.saved_tensors
-        return gelu_backward(flat, np.ascontiguousarray(grad).reshape(-1)).reshape(grad.shape)
+        return gelu_backward(flat, np.ascontiguousarray(grad).reshape(-1), ctx.approximate).reshape(grad.shape)
 
 
-def gelu(x: Tensor) -> Tensor:
-    """x * Phi(x) with the exact Gaussian CDF (erf form), as PyTorch's default GELU."""
-    return Gelu.apply(x)
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """x * Phi(x) with the exact Gaussian CDF (erf form), as PyTorch's default GELU;
+    approximate="tanh" gives PyTorch's tanh approximation."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f'gelu: approximate must be "none" or "tanh", got {approximate!r}')
+    return Gelu.apply(x, approximate=approximate == "tanh")
 
 
 def relu(x: Tensor) -> Tensor:

@@ -4,90 +4,118 @@ Shapes: x (R, N) C-contiguous, keep (R, N) bool (True = may attend) or an
 empty (0, 0) array for "no mask". A row with nothing to attend to (every entry
 masked or -inf) gives zeros in both softmax and log-softmax, and zero
 gradient. Inside a live row, a masked entry has probability 0 (log-prob -inf)
-and receives no gradient.
+and receives no gradient. A NaN in a row's kept entries makes the whole row NaN.
 
     forward:  y_j = exp(x_j - m) / sum_k exp(x_k - m),   m = max_k x_k
     softmax backward:      dx_j = y_j (g_j - sum_k g_k y_k)
     log-softmax backward:  dx_j = g_j - p_j sum_k g_k     (over live entries)
+
+Each kernel does rows [start, stop); the wrappers share the rows among the
+pool's threads (parallel.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from . import SAFE_FASTMATH
+from .parallel import parallel_for
+from .tiles import exp_vectorizable, maximum
+
+_NO_MASK = np.zeros((0, 0), dtype=np.bool_)
 
 
-@njit(cache=True, parallel=True, fastmath=SAFE_FASTMATH)
-def softmax_forward(x, keep, log):
-    """Returns (y, lse): probabilities (or log-probabilities) and per-row log-sum-exp (-inf for dead rows)."""
-    rows, n = x.shape
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def row_max_and_sum(x, r, keep, has_mask):
+    """The log-sum-exp of row r, as its max m and l = sum_j exp(x_j - m) over kept entries (l = 0: none)."""
+    n = x.shape[1]
+    m = x.dtype.type(-np.inf)
+    for j in range(n):
+        if not has_mask or keep[r, j]:
+            m = maximum(m, x[r, j])
+    total = x.dtype.type(0)
+    if m == -np.inf:
+        return m, total
+    for j in range(n):
+        if not has_mask or keep[r, j]:
+            total += exp_vectorizable(x[r, j] - m)
+    return m, total
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def _softmax_rows(x, keep, log, out, lse, start, stop):
     has_mask = keep.shape[0] > 0
-    out = np.empty_like(x)
-    lse = np.empty(rows, dtype=x.dtype)
-    for r in prange(rows):
-        m = -np.inf
-        for j in range(n):
-            if (not has_mask or keep[r, j]) and x[r, j] > m:
-                m = x[r, j]
+    n = x.shape[1]
+    for r in range(start, stop):
+        m, total = row_max_and_sum(x, r, keep, has_mask)
         if m == -np.inf:  # nothing to attend to
-            out[r, :] = 0.0
+            out[r, :] = 0
             lse[r] = -np.inf
             continue
-        total = 0.0
-        for j in range(n):
-            e = np.exp(x[r, j] - m) if (not has_mask or keep[r, j]) else 0.0
-            out[r, j] = e
-            total += e
         row_lse = m + np.log(total)
         lse[r] = row_lse
         if log:
             for j in range(n):
-                live = (not has_mask or keep[r, j]) and x[r, j] > -np.inf
+                live = (not has_mask or keep[r, j]) and x[r, j] != -np.inf  # a NaN stays NaN
                 out[r, j] = x[r, j] - row_lse if live else -np.inf
         else:
-            inv = 1.0 / total
+            inverse = x.dtype.type(1) / total
             for j in range(n):
-                out[r, j] *= inv
-    return out, lse
+                kept = not has_mask or keep[r, j]
+                out[r, j] = exp_vectorizable(x[r, j] - m) * inverse if kept else 0
 
 
-@njit(cache=True, parallel=True, fastmath=SAFE_FASTMATH)
-def softmax_backward(y, grad):
-    """dx = y * (g - sum(g * y)) row by row; zero where y is 0."""
-    rows, n = y.shape
-    dx = np.empty_like(y)
-    for r in prange(rows):
-        dot = 0.0
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def _softmax_backward_rows(y, grad, dx, start, stop):
+    n = y.shape[1]
+    for r in range(start, stop):
+        dot = y.dtype.type(0)
         for j in range(n):
             dot += grad[r, j] * y[r, j]
         for j in range(n):
             dx[r, j] = y[r, j] * (grad[r, j] - dot)
-    return dx
 
 
-@njit(cache=True, parallel=True, fastmath=SAFE_FASTMATH)
-def log_softmax_backward(y, grad, lse):
-    """dx = g - exp(y) * sum(g) over live entries; zero for masked entries and dead rows."""
-    rows, n = y.shape
-    dx = np.zeros_like(y)
-    for r in prange(rows):
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def _log_softmax_backward_rows(y, grad, lse, dx, start, stop):
+    n = y.shape[1]
+    for r in range(start, stop):
         if lse[r] == -np.inf:
+            dx[r, :] = 0
             continue
-        total = 0.0
+        total = y.dtype.type(0)
         for j in range(n):
             if y[r, j] != -np.inf:
                 total += grad[r, j]
         for j in range(n):
-            if y[r, j] != -np.inf:
-                dx[r, j] = grad[r, j] - np.exp(y[r, j]) * total
+            dx[r, j] = grad[r, j] - np.exp(y[r, j]) * total if y[r, j] != -np.inf else 0
+
+
+def softmax_forward(x: np.ndarray, keep: np.ndarray, log: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Returns (y, lse): probabilities (or log-probabilities) and per-row log-sum-exp (-inf for dead rows)."""
+    out, lse = np.empty_like(x), np.empty(x.shape[0], x.dtype)
+    parallel_for(lambda s: _softmax_rows(x, keep, log, out, lse, s.start, s.stop), x.shape[0], x.size * 4)
+    return out, lse
+
+
+def softmax_backward(y: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    """dx = y * (g - sum(g * y)) row by row; zero where y is 0."""
+    dx = np.empty_like(y)
+    parallel_for(lambda s: _softmax_backward_rows(y, grad, dx, s.start, s.stop), y.shape[0], y.size * 2)
+    return dx
+
+
+def log_softmax_backward(y: np.ndarray, grad: np.ndarray, lse: np.ndarray) -> np.ndarray:
+    """dx = g - exp(y) * sum(g) over live entries; zero for masked entries and dead rows."""
+    dx = np.empty_like(y)
+    parallel_for(lambda s: _log_softmax_backward_rows(y, grad, lse, dx, s.start, s.stop), y.shape[0], y.size * 4)
     return dx
 
 
 def softmax_reference(x: np.ndarray, keep: np.ndarray | None = None, log: bool = False) -> np.ndarray:
     """Plain-numpy softmax over the last axis with the same masking rules as the kernel."""
-    live = (x > -np.inf) if keep is None else keep & (x > -np.inf)
+    live = (x > -np.inf) | np.isnan(x) if keep is None else keep & ((x > -np.inf) | np.isnan(x))
     shifted = np.where(live, x, -np.inf)
     m = shifted.max(axis=-1, keepdims=True)
     dead = m == -np.inf
