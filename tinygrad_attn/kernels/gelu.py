@@ -25,17 +25,19 @@ from .tiles import exp_vectorizable
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_ERFC_COEFFICIENTS = tuple(np.float32(c) for c in (  # Numerical Recipes' erfcc, highest degree first
+    0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418, 0.37409196, 1.00002368,
+    -1.26551223))
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")  # inlined, so the loop vectorises
 def normal_cdf_f32(x):
     """Phi(x) for a float32 x, through erfc of |x| / sqrt 2 (no cancellation in either tail)."""
     z = abs(x) * np.float32(_INV_SQRT2)
     t = np.float32(1) / (np.float32(1) + np.float32(0.5) * z)
-    p = np.float32(0.17087277)
-    for c in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418, 0.37409196, 1.00002368,
-              -1.26551223):
-        p = p * t + np.float32(c)
+    c = _ERFC_COEFFICIENTS  # written out: a loop over a tuple here keeps LLVM from vectorising the caller
+    p = c[9] + t * (c[8] + t * (c[7] + t * (c[6] + t * (c[5] + t * (c[4] + t * (c[3] + t * (c[2] + t * (
+        c[1] + t * c[0]))))))))
     a = abs(x)
     ah = np.float32(np.floor(a * np.float32(256))) / np.float32(256)  # |x| to 8 fractional bits: ah^2 / 2 is exact
     # exp(-z^2 + p) with z^2 = x^2 / 2, as exp(-ah^2 / 2) exp(p - (a - ah)(a + ah) / 2): rounding z or z^2 to
@@ -46,32 +48,47 @@ def normal_cdf_f32(x):
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
-def _gelu_rows(x, out, grad, start, stop, approximate, exact_erf):
-    """out = gelu(x) when grad is empty, else out = grad * gelu'(x), for elements [start, stop)."""
+def _erf_gelu_f32(x, out, grad, start, stop):
+    """The float32 erf form: out = gelu(x), or grad * gelu'(x) when grad is not empty; elements [start, stop)."""
     backward = grad.size > 0
-    f = x.dtype.type  # constants in x's dtype, so float32 stays float32 (and twice as wide in a vector)
-    half, one, cubic = f(0.5), f(1), f(0.044715)
     for i in range(start, stop):
         v = x[i]
-        if approximate:
-            th = np.tanh(f(_SQRT_2_OVER_PI) * (v + cubic * v * v * v))
-            if backward:
-                du = f(_SQRT_2_OVER_PI) * (one + f(3) * cubic * v * v)
-                out[i] = grad[i] * (half * (one + th) + half * v * (one - th * th) * du)
-            else:
-                out[i] = half * v * (one + th)
-            continue
-        cdf = half * math.erfc(-v * f(_INV_SQRT2)) if exact_erf else normal_cdf_f32(v)
+        cdf = normal_cdf_f32(v)
         if backward:
-            out[i] = grad[i] * (cdf + v * exp_vectorizable(-half * v * v) * f(_INV_SQRT_2PI))
+            out[i] = grad[i] * (cdf + v * exp_vectorizable(np.float32(-0.5) * v * v) * np.float32(_INV_SQRT_2PI))
         else:
             out[i] = v * cdf
 
 
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def _erf_gelu_exact(x, out, grad, start, stop):
+    """The erf form with libm's erfc, for float64."""
+    backward = grad.size > 0
+    for i in range(start, stop):
+        v = x[i]
+        cdf = 0.5 * math.erfc(-v * _INV_SQRT2)
+        out[i] = grad[i] * (cdf + v * math.exp(-0.5 * v * v) * _INV_SQRT_2PI) if backward else v * cdf
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def _tanh_gelu(x, out, grad, start, stop):
+    """PyTorch's tanh approximation, in x's dtype."""
+    backward = grad.size > 0
+    f = x.dtype.type
+    half, one, cubic, k = f(0.5), f(1), f(0.044715), f(_SQRT_2_OVER_PI)
+    for i in range(start, stop):
+        v = x[i]
+        th = np.tanh(k * (v + cubic * v * v * v))
+        if backward:
+            out[i] = grad[i] * (half * (one + th) + half * v * (one - th * th) * k * (one + f(3) * cubic * v * v))
+        else:
+            out[i] = half * v * (one + th)
+
+
 def _run(x: np.ndarray, grad: np.ndarray, approximate: bool) -> np.ndarray:
+    kernel = _tanh_gelu if approximate else _erf_gelu_f32 if x.dtype == np.float32 else _erf_gelu_exact
     out = np.empty_like(x)
-    exact_erf = x.dtype != np.float32
-    parallel_for(lambda s: _gelu_rows(x, out, grad, s.start, s.stop, approximate, exact_erf), x.size, x.size * 8)
+    parallel_for(lambda s: kernel(x, out, grad, s.start, s.stop), x.size, x.size * 8)
     return out
 
 
