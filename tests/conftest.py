@@ -6,8 +6,11 @@ strided inputs too.
 """
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+
+import tinygrad_attn as ta
 
 settings.register_profile(
     "default",
@@ -30,3 +33,10 @@ def arrays(draw, shape, low=-2.0, high=2.0):
 
 def shapes(min_dims=0, max_dims=3, max_side=3):
     return st.lists(st.integers(1, max_side), min_size=min_dims, max_size=max_dims).map(tuple)
+
+
+@pytest.fixture(params=["math", "flash"])
+def sdpa_path(request):
+    """Runs the test once on each attention implementation, as minitorch runs its tests on each backend."""
+    with ta.sdpa_kernel(request.param):
+        yield request.param

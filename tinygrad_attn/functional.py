@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from . import rng
-from .kernels.flash import as_group_grid, flash_attention_backward, flash_attention_forward, grid_bias
 from .kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
+from .kernels.flash import as_group_grid, flash_attention_backward, flash_attention_forward, grid_bias
 from .kernels.gelu import gelu_backward, gelu_forward
 from .kernels.layernorm import layer_norm_backward, layer_norm_forward
 from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
@@ -33,7 +33,7 @@ _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
 
 def _rows(a: np.ndarray) -> np.ndarray:
     """(..., N) -> contiguous (R, N): the layout every row-wise kernel takes."""
-    return np.ascontiguousarray(a.reshape(-1, a.shape[-1]))
+    return np.ascontiguousarray(a.reshape(math.prod(a.shape[:-1]), a.shape[-1]))  # not -1: N may be 0
 
 
 def _keep_rows(keep: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:

@@ -29,8 +29,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layout import (as_group_grid, bias_tile, group_chunks, grid_bias, key_ranges, key_tiles, new_like,
-                     query_blocks, tile_shape, transposed)
+from .layout import (
+    as_group_grid,
+    bias_tile,
+    grid_bias,
+    group_chunks,
+    key_ranges,
+    key_tiles,
+    new_like,
+    query_blocks,
+    tile_shape,
+    transposed,
+)
 from .parallel import parallel_each, threads_for
 from .tiles import online_softmax_tile, probs_from_lse, score_gradient, softmax_tile
 
@@ -94,11 +104,11 @@ def log_sum_exp(m: np.ndarray, l: np.ndarray) -> np.ndarray:  # noqa: E741
 
 
 def _tiles(a: np.ndarray) -> np.ndarray:
-    return a.reshape(-1, *a.shape[-2:])  # (p, h, x, y) -> (p h, x, y), a view of a fresh (contiguous) array
+    return a.reshape(a.shape[0] * a.shape[1], *a.shape[-2:])  # (p, h, x, y) -> (p h, x, y), a view
 
 
 def _rows(a: np.ndarray) -> np.ndarray:
-    return a.reshape(-1, a.shape[-1])  # (p, h, x) -> (p h, x)
+    return a.reshape(a.shape[0] * a.shape[1], a.shape[-1])  # (p, h, x) -> (p h, x)
 
 
 def flash_attention_forward(q, k, v, scale, causal, bias):

@@ -71,7 +71,8 @@ def _blas_function(names: tuple[str, ...], argtypes: list, restype) -> Callable 
 
 
 _get_blas_threads = _blas_function(
-    ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads"), [], ctypes.c_int
+    ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads"), [],
+    ctypes.c_int,
 )
 _set_blas_threads = _blas_function(
     ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads"),

@@ -1,0 +1,248 @@
+"""The attention core's seam (`sdpa_kernel`), its math path, empty and NaN inputs on both paths,
+concurrent calls from several threads, and what importing the library leaves untouched."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import tinygrad_attn as ta
+from tinygrad_attn import functional as F
+from tinygrad_attn import nn
+from tinygrad_attn.kernels import parallel
+
+
+def T(a, grad=True):
+    return ta.Tensor(a, requires_grad=grad)
+
+
+def _nodes(fn):
+    seen = []
+    ta.tensor._forward_hooks.append(lambda ctx, out: seen.append(ctx.function.__name__))
+    try:
+        fn()
+    finally:
+        ta.tensor._forward_hooks.pop()
+    return seen
+
+
+def test_sdpa_kernel_chooses_the_path_and_the_math_path_is_made_of_primitives():
+    rng = np.random.default_rng(0)
+    q, k, v = (T(rng.normal(size=(2, 3, 5, 4))) for _ in range(3))
+    mask = rng.random((5, 5)) > 0.3
+    attend = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True)  # noqa: E731
+    assert _nodes(attend) == ["FlashAttention"]
+    with ta.sdpa_kernel("math"):
+        math_nodes = _nodes(attend)
+    assert math_nodes == ["Permute", "MatMul", "Mul", "Where", "Softmax", "MatMul"]
+    with ta.sdpa_kernel(["flash"]):
+        assert _nodes(attend) == ["FlashAttention"]
+    assert _nodes(lambda: F.scaled_dot_product_attention(q, k, v, return_weights=True))[-1] == "MatMul"
+
+
+def test_sdpa_kernel_as_decorator_nests_and_is_per_thread():
+    @ta.sdpa_kernel("math")
+    def inner():
+        return F._allowed_kernels.get()
+
+    assert inner() == ("math",)
+    with ta.sdpa_kernel("flash"):
+        assert F._allowed_kernels.get() == ("flash",)
+        assert inner() == ("math",)
+        assert F._allowed_kernels.get() == ("flash",)
+        other = []
+        thread = threading.Thread(target=lambda: other.append(F._allowed_kernels.get()))
+        thread.start()
+        thread.join()
+        assert other == [("math", "flash")]  # another thread keeps the default
+    assert F._allowed_kernels.get() == ("math", "flash")
+
+
+def test_sdpa_kernel_errors():
+    with pytest.raises(ValueError, match=r"unknown kernel name\(s\) \['fast'\]; choose from \('math', 'flash'\)"):
+        ta.sdpa_kernel("fast")
+    with pytest.raises(ValueError, match="choose from"):
+        ta.sdpa_kernel()
+    q = T(np.zeros((1, 2, 3)))
+    with ta.sdpa_kernel("flash"), pytest.raises(RuntimeError, match="weights and dropout need the math kernel"):
+        F.scaled_dot_product_attention(q, q, q, return_weights=True)
+    with pytest.raises(TypeError, match="not both"):
+        F.scaled_dot_product_attention(q, q, q, mask=np.ones((2, 2), bool), attn_mask=np.ones((2, 2), bool))
+
+
+def test_attn_mask_is_mask(sdpa_path):
+    rng = np.random.default_rng(1)
+    q, k, v = (T(rng.normal(size=(2, 4, 3)), False) for _ in range(3))
+    mask = rng.random((4, 4)) > 0.4
+    np.testing.assert_array_equal(F.scaled_dot_product_attention(q, k, v, attn_mask=mask).data,
+                                  F.scaled_dot_product_attention(q, k, v, mask=mask).data)
+
+
+@pytest.mark.parametrize("tq, tk", [(0, 3), (3, 0), (0, 0)])
+def test_empty_sequences_on_both_paths(sdpa_path, tq, tk):
+    """No queries: an empty output; no keys: zeros, as PyTorch's flash path gives. Gradients have the inputs' shapes."""
+    rng = np.random.default_rng(0)
+    q, k, v = T(rng.normal(size=(2, tq, 4))), T(rng.normal(size=(2, tk, 4))), T(rng.normal(size=(2, tk, 5)))
+    out = F.scaled_dot_product_attention(q, k, v)
+    assert out.shape == (2, tq, 5) and np.all(out.data == 0)
+    out.backward(np.ones(out.shape))
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nan_propagates_on_both_paths(sdpa_path, dtype):
+    """A NaN query row gives a NaN output row (not zeros), on the math path as on the flash path, and a
+    row masked by the mask still gives zeros next to it."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(1, 4, 3)).astype(dtype) for _ in range(3))
+    q[0, 2, :] = np.nan
+    mask = np.ones((4, 4), bool)
+    mask[1] = False
+    out = F.scaled_dot_product_attention(T(q, False), T(k, False), T(v, False), mask=mask).data
+    assert np.isnan(out[0, 2]).all()
+    assert np.all(out[0, 1] == 0) and np.isfinite(out[0, [0, 3]]).all()
+
+
+def test_softmax_of_an_all_nan_row_is_nan():
+    x = np.array([[np.nan, np.nan], [np.nan, -np.inf], [0.0, 1.0]])
+    for fn in (F.softmax, F.log_softmax):
+        out = fn(T(x, False)).data
+        assert np.isnan(out[0]).all() and np.isnan(out[1, 0]) and np.isfinite(out[2]).all()
+
+
+@pytest.fixture
+def pool_mode(monkeypatch):
+    """As after ta.set_num_threads(2): the pool runs the work, whatever its size."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(parallel, "blas_threads", lambda: 1)
+    monkeypatch.setattr(parallel, "_num_threads", 2)
+
+
+def _run_threads(targets, timeout):
+    threads = [threading.Thread(target=t, daemon=True) for t in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    assert not any(thread.is_alive() for thread in threads), "a thread hung"
+
+
+@pytest.mark.parametrize("mode", ["default", "pool"])
+def test_attention_beside_numpy_matmuls_in_another_thread(request, mode):
+    if mode == "pool":
+        request.getfixturevalue("pool_mode")
+    blas_before = parallel.blas_threads()
+    rng = np.random.default_rng(0)
+    q, k, v = (T(rng.normal(size=(1, 4, 1024, 32)).astype(np.float32)) for _ in range(3))
+    g = rng.normal(size=(1, 4, 1024, 32)).astype(np.float32)
+    single = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    single.backward(g)
+    want = [single.data.copy(), q.grad.data.copy()]
+    a = rng.normal(size=(400, 400))
+    results, errors = [], []
+
+    def attention():
+        try:
+            for _ in range(3):
+                q.grad = None
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                out.backward(g)
+                results.append((out.data, q.grad.data))
+        except Exception as err:  # noqa: BLE001
+            errors.append(err)
+
+    def matmuls():
+        for _ in range(60):
+            a @ a
+
+    _run_threads([attention, matmuls], timeout=120)
+    assert not errors and len(results) == 3
+    for out, grad in results:
+        np.testing.assert_array_equal(out, want[0])
+        np.testing.assert_array_equal(grad, want[1])
+    assert parallel.blas_threads() == blas_before  # no op changed BLAS's thread count
+
+
+@pytest.mark.parametrize("mode", ["default", "pool"])
+def test_two_threads_running_multi_head_attention(request, mode):
+    if mode == "pool":
+        request.getfixturevalue("pool_mode")
+    blas_before = parallel.blas_threads()
+    ta.manual_seed(0)
+    mha = nn.MultiHeadAttention(32, 4)
+    rng = np.random.default_rng(0)
+    inputs = [rng.normal(size=(1, 2048, 32)).astype(np.float32) for _ in range(2)]
+    want = [mha(T(x, False), is_causal=True, need_weights=False)[0].data for x in inputs]
+    got, errors = [[], []], []
+
+    def run(i):
+        def body():
+            try:
+                for _ in range(2):
+                    got[i].append(mha(T(inputs[i], False), is_causal=True, need_weights=False)[0].data)
+            except Exception as err:  # noqa: BLE001
+                errors.append(err)
+        return body
+
+    _run_threads([run(0), run(1)], timeout=120)
+    assert not errors
+    for i in range(2):
+        assert len(got[i]) == 2
+        for out in got[i]:
+            np.testing.assert_array_equal(out, want[i])
+    assert parallel.blas_threads() == blas_before
+
+
+def test_importing_changes_nothing_in_the_process():
+    """No environment variable set, no allocator setting, BLAS's thread count as it was."""
+    code = """
+import json, os
+from tinygrad_attn.kernels import parallel as p0  # noqa
+before_env = dict(os.environ)
+import numpy as np
+blas = p0.blas_threads()
+import tinygrad_attn as ta
+from tinygrad_attn import functional as F
+x = ta.Tensor(np.ones((1, 2, 300, 8), np.float32), requires_grad=True)
+F.scaled_dot_product_attention(x, x, x, is_causal=True).sum().backward()
+print(json.dumps({"env_same": dict(os.environ) == before_env, "blas": [blas, p0.blas_threads()],
+                  "numba_pool": __import__("numba").np.ufunc.parallel._is_initialized}))
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY",) and not k.startswith("MALLOC_")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["env_same"] and result["blas"][0] == result["blas"][1]
+    assert not result["numba_pool"]  # no numba threading layer was started
+
+
+def test_configure_is_explicit_and_says_what_it_did(monkeypatch):
+    calls = []
+    monkeypatch.setattr(ta.runtime, "set_num_threads", lambda n: calls.append(n))
+    monkeypatch.setattr(ta.runtime, "keep_freed_memory", lambda: True)
+    assert ta.runtime.configure(3) == {"threads": 3, "allocator": True}
+    assert calls == [3]
+    assert ta.runtime.configure(allocator=False) == {"threads": None, "allocator": False}
+
+
+def test_set_num_threads_errors():
+    with pytest.raises(TypeError, match=r"n must be an int, got 1.5"):
+        ta.set_num_threads(1.5)
+    with pytest.raises(ValueError, match="at least 1, got 0"):
+        ta.set_num_threads(0)
+
+
+def test_parallel_for_raises_a_worker_error_after_all_slices(pool_mode):
+    done = []
+
+    def task(s):
+        done.append(s)
+        if s.start == 0:
+            raise KeyError("boom")
+
+    with pytest.raises(KeyError, match="boom"):
+        parallel.parallel_for(task, 10, 1e9)
+    assert sorted(x.start for x in done) == [0, 5]
