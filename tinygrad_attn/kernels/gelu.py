@@ -5,10 +5,10 @@
 
     tanh form: gelu(x) = x (1 + tanh(u)) / 2,  u = sqrt(2 / pi) (x + 0.044715 x^3)
 
-float64 uses libm's erfc (Phi(x) = erfc(-x / sqrt 2) / 2 keeps the left tail's digits).
+float64 uses libm's erfc: Phi(x) = erfc(-x / sqrt 2) / 2 keeps the left tail's digits.
 float32 uses erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2), P a degree-9 polynomial
-(Numerical Recipes' erfcc: relative error below 1.2e-7 for z >= 0, about one float32 ulp), with the vectorisable exp of tiles.py, so that LLVM
-turns the loop into vector instructions instead of one libm call per element.
+(Numerical Recipes' erfcc: relative error below 1.2e-7), with the vectorisable exp of tiles.py
+instead of one libm call per element.
 """
 
 from __future__ import annotations
