@@ -254,13 +254,17 @@ class FlashAttention(Function):
         q, k, v, out, lse, kt, grid_mask = ctx.saved_tensors
         packed = len(ctx.inputs) == 1
         grad = as_group_grid(np.swapaxes(grad, -3, -2) if packed else grad)  # (P, Q, Tq, dv)
-        dq, dk, dv = flash_attention_backward(grad, q, k, v, out, lse, kt, ctx.scale, ctx.causal, grid_mask)
-        dq, dk, dv = (d.reshape(ctx.lead + d.shape[2:]) for d in (dq, dk, dv))  # (..., T, d)
         if not packed:
-            return dq, dk, dv
-        grad_qkv = np.empty(ctx.inputs[0].shape, dq.dtype)  # (..., T, 3, H, d)
-        for i, d in enumerate((dq, dk, dv)):
-            grad_qkv[..., i, :, :] = np.swapaxes(d, -3, -2)
+            grads = flash_attention_backward(grad, q, k, v, out, lse, kt, ctx.scale, ctx.causal, grid_mask)
+            return tuple(d.reshape(ctx.lead + d.shape[2:]) for d in grads)  # (..., T, d) each
+        grad_qkv = np.zeros(ctx.inputs[0].shape, grad.dtype)  # (..., T, 3, H, d): the three written in place
+        *targets, _ = _heads((grad_qkv,))
+        in_place = all(np.may_share_memory(t, grad_qkv) for t in targets)  # not when the grid had to be copied
+        grads = flash_attention_backward(grad, q, k, v, out, lse, kt, ctx.scale, ctx.causal, grid_mask,
+                                         grads=targets if in_place else None)
+        if not in_place:
+            for i, d in enumerate(grads):
+                grad_qkv[..., i, :, :] = np.swapaxes(d.reshape(ctx.lead + d.shape[2:]), -3, -2)
         return grad_qkv
 
 
@@ -271,7 +275,7 @@ def _heads(inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.n
         views = [np.swapaxes(qkv[..., i, :, :], -3, -2) for i in range(3)]  # (..., H, T, d)
     else:
         views = list(inputs)
-    return (*(as_group_grid(a) for a in views), views[0].shape[:-2])
+    return (*(as_group_grid(a) for a in views), views[0].shape[:-2])  # grids of a packed qkv are views
 
 
 # --- scaled dot-product attention: two implementations behind one seam -------------------------------

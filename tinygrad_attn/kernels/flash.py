@@ -73,20 +73,29 @@ def attend_query_block(q, kt, v, bias, groups, rows, causal, tile, out, lse):
     lse[groups + (rows,)] = log_sum_exp(m, l)
 
 
-def backward_tile(q, k, kt, v_t, grad_out, lse, delta, bias, groups, rows, cols, crosses, scale, dq, dk, dv):
-    """The gradients one score tile contributes: added into dq[rows], dk[cols] and dv[cols] of the chunk.
+def backward_tile(q, k, kt, v_t, grad_out, lse, delta, bias, groups, rows, cols, crosses, scale, dq, dk, dv, once):
+    """The gradients one score tile contributes to dq[rows], dk[cols] and dv[cols] of the chunk.
 
     kt (p, h, d, Tk) and v_t (p, h, dv, Tk) are the chunk's (k * scale)^T and v^T; lse and delta the
-    chunk's (p * h, Tq) rows; dq, dk, dv (p, h, T, d) the chunk's accumulators.
+    chunk's (p * h, Tq) rows; dq, dk, dv (p, h, T, d) the chunk's gradients. once = (dq's, dk's and
+    dv's) says this tile is the only one to reach those rows, which are then written instead of added to.
     """
     q_block, grad_block = q[groups + (rows,)], grad_out[groups + (rows,)]  # (p, h, bq, d), (p, h, bq, dv)
     s = _scores(q_block, kt, bias, groups, rows, cols)  # S: (p, h, bq, bk)
     probs_from_lse(_tiles(s), lse[:, rows], rows.start, cols.start, crosses)  # S <- P = exp(S - lse)
-    dv[..., cols, :] += s.swapaxes(-1, -2) @ grad_block  # dV += P^T dO: (p, h, bk, dv)
+    _add_product(dv[..., cols, :], s.swapaxes(-1, -2), grad_block, once[1])  # dV += P^T dO: (p, h, bk, dv)
     dp = grad_block @ v_t[..., cols]  # dP = dO V^T: (p, h, bq, bk)
     score_gradient(_tiles(s), _tiles(dp), delta[:, rows], scale)  # dP <- scale dS, dS = P (dP - delta)
-    dq[..., rows, :] += dp @ k[groups + (cols,)]  # dQ += scale dS K: (p, h, bq, d)
-    dk[..., cols, :] += dp.swapaxes(-1, -2) @ q_block  # dK += scale dS^T Q: (p, h, bk, d)
+    _add_product(dq[..., rows, :], dp, k[groups + (cols,)], once[0])  # dQ += scale dS K: (p, h, bq, d)
+    _add_product(dk[..., cols, :], dp.swapaxes(-1, -2), q_block, once[1])  # dK += scale dS^T Q: (p, h, bk, d)
+
+
+def _add_product(target, a, b, write):
+    """target += a @ b, or target = a @ b (no temporary) when `write`."""
+    if write:
+        np.matmul(a, b, out=target)
+    else:
+        target += a @ b
 
 
 def _scores(q_block, kt, bias, groups, rows, cols):
@@ -130,19 +139,24 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
     return out, lse, kt
 
 
-def flash_attention_backward(grad_out, q, k, v, out, lse, kt, scale, causal, bias):
-    """dq, dk, dv (each shaped like its input, contiguous) for the forward above.
+def flash_attention_backward(grad_out, q, k, v, out, lse, kt, scale, causal, bias, grads=None):
+    """dq, dk, dv for the forward above, (P, Q, T, d) each.
 
-    Work items are (chunk, key range) pairs: each owns dk and dv over its keys. When there are fewer
-    chunks than threads the keys are cut into ranges, and each range adds into a dq of its own.
+    `grads` may give three zero-filled arrays (any layout) to receive them, such as views into one
+    packed gradient. Work items are (chunk, key range) pairs: each owns dk and dv over its keys. When
+    there are fewer chunks than threads the keys are cut into ranges, and each range adds into a dq of
+    its own. A gradient that every tile writes once is written in place (in its input's layout, when
+    no target is given); one that tiles add into is summed in a contiguous array first.
     """
     (n_outer, n_inner, tq, _), tk = q.shape, k.shape[2]
     tile = tile_shape(tq)
     chunks = group_chunks((n_outer, n_inner, tq, tk), tile, q.itemsize)
     work = float(q.size) * tk * 2
     ranges = key_ranges(tk, tile, -(-threads_for(work, len(chunks) * tk) // max(len(chunks), 1)))
-    dk, dv = np.zeros(k.shape, k.dtype), np.zeros(v.shape, v.dtype)
-    dq_parts = [np.zeros(q.shape, q.dtype) for _ in range(max(1, len(ranges)))]
+    once = (tk <= tile[1] and len(ranges) <= 1, tq <= tile[0])  # (dq's rows, dk's and dv's) meet one tile each
+    targets = grads or (None, None, None)
+    dq, dk, dv = (_gradient(target, a, written) for target, a, written in zip(targets, (q, k, v), once + once[1:]))
+    dq_parts = [dq] + [np.zeros(q.shape, q.dtype) for _ in range(len(ranges) - 1)]
     delta = (grad_out * out) @ np.ones(out.shape[-1], out.dtype)  # rowsum(dO * out): (P, Q, Tq)
     v_t = np.empty(v.shape[:2] + v.shape[:1:-1], v.dtype)  # (P, Q, dv, Tk)
     parallel_each(lambda groups: transposed(v[groups], 1.0, v_t[groups]), chunks, v.size)
@@ -153,10 +167,24 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, kt, scale, causal, bia
         for rows in query_blocks(tq, tile):
             for cols, crosses in key_tiles(rows, tk, causal, tile, ranges[r]):
                 backward_tile(q, k, kt[groups], v_t[groups], grad_out, chunk_lse, chunk_delta, bias, groups, rows,
-                              cols, crosses, scale, dq_parts[r][groups], dk[groups], dv[groups])
+                              cols, crosses, scale, dq_parts[r][groups], dk[groups], dv[groups], once)
 
     parallel_each(run, [(groups, r) for groups in chunks for r in range(len(ranges))], work)
-    return sum(dq_parts[1:], dq_parts[0]), dk, dv
+    for part in dq_parts[1:]:
+        dq += part
+    result = (dq, dk, dv)
+    for target, got in zip(targets, result):
+        if target is not None and target is not got:
+            target[...] = got
+    return tuple(got if target is None else target for target, got in zip(targets, result))
+
+
+def _gradient(target, like, written_once):
+    """Where a gradient is gathered: the target (or a zeroed array laid out like its input) when each
+    entry is written once, else a contiguous zeroed array (adding into a strided one is slower)."""
+    if not written_once:
+        return np.zeros(like.shape, like.dtype)
+    return target if target is not None else new_like(like, like.shape[3], np.zeros)
 
 
 __all__ = ["as_group_grid", "attention_reference", "flash_attention_backward", "flash_attention_forward", "grid_bias"]
