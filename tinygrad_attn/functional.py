@@ -189,7 +189,11 @@ class CrossEntropy(Function):
     @staticmethod
     def forward(ctx, logits, target, ignore_index):
         x2 = np.ascontiguousarray(logits)
-        loss, lse = cross_entropy_forward(x2, target, ignore_index)
+        if x2.ndim != 2 or np.shape(target) != x2.shape[:1]:
+            raise ValueError(f"CrossEntropy: logits (N, C) and target (N,) expected, got {x2.shape} and "
+                             f"{np.shape(target)}")
+        target = np.ascontiguousarray(target)
+        loss, lse = cross_entropy_forward(x2, target, ignore_index)  # checks every target against C first
         ctx.save_for_backward(x2, target, lse)
         ctx.ignore_index = ignore_index
         return loss
@@ -218,9 +222,6 @@ def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reducti
         )
     classes = logits.shape[-1]
     counted = target != ignore_index
-    if np.any(counted & ((target < 0) | (target >= classes))):
-        bad = target[counted & ((target < 0) | (target >= classes))]
-        raise IndexError(f"cross_entropy: target values {sorted(set(bad.tolist()))[:5]} are outside [0, {classes})")
     losses = CrossEntropy.apply(
         logits.reshape(-1, classes), target=target.reshape(-1).astype(np.int64), ignore_index=ignore_index
     )

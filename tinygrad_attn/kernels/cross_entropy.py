@@ -13,39 +13,78 @@ import numpy as np
 from numba import njit, prange
 
 from . import SAFE_FASTMATH
+from .parallel import run_rows
+from .softmax import _NO_MASK, row_max_and_sum
+from .tiles import exp_vectorizable
 
 
-@njit(cache=True, parallel=True, fastmath=SAFE_FASTMATH)
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
+def _forward_row(x, target, ignore_index, loss, lse, r):
+    if target[r] == ignore_index:
+        loss[r], lse[r] = 0, 0
+        return
+    m, total = row_max_and_sum(x, r, _NO_MASK, False)
+    lse[r] = m + np.log(total)
+    loss[r] = lse[r] - x[r, target[r]]
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
+def _backward_row(x, target, lse, row_grad, ignore_index, dx, r):
+    if target[r] == ignore_index:
+        dx[r, :] = 0
+        return
+    for c in range(x.shape[1]):
+        dx[r, c] = exp_vectorizable(x[r, c] - lse[r]) * row_grad[r]
+    dx[r, target[r]] -= row_grad[r]
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
+def _forward_parallel(x, target, ignore_index, loss, lse):
+    for r in prange(x.shape[0]):
+        _forward_row(x, target, ignore_index, loss, lse, r)
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
+def _forward_serial(x, target, ignore_index, loss, lse):
+    for r in range(x.shape[0]):
+        _forward_row(x, target, ignore_index, loss, lse, r)
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
+def _backward_parallel(x, target, lse, row_grad, ignore_index, dx):
+    for r in prange(x.shape[0]):
+        _backward_row(x, target, lse, row_grad, ignore_index, dx, r)
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
+def _backward_serial(x, target, lse, row_grad, ignore_index, dx):
+    for r in range(x.shape[0]):
+        _backward_row(x, target, lse, row_grad, ignore_index, dx, r)
+
+
+def check_targets(target: np.ndarray, classes: int, ignore_index: int, op: str = "cross_entropy") -> None:
+    """Every target is a class index in [0, classes) or ignore_index: the kernels index rows with them."""
+    if target.dtype.kind not in "iu":
+        raise TypeError(f"{op}: target must hold integer class indices, got dtype {target.dtype}")
+    bad = (target != ignore_index) & ((target < 0) | (target >= classes))
+    if np.any(bad):
+        values = sorted(set(target[bad].tolist()))
+        raise IndexError(f"{op}: target values {values[:5]}{' ...' if len(values) > 5 else ''} are outside "
+                         f"[0, {classes}) (ignore_index is {ignore_index})")
+
+
 def cross_entropy_forward(x, target, ignore_index):
-    """Returns (loss (N,), lse (N,)); both 0 on ignored rows."""
-    rows, classes = x.shape
-    loss = np.zeros(rows, dtype=x.dtype)
-    lse = np.zeros(rows, dtype=x.dtype)
-    for r in prange(rows):
-        if target[r] == ignore_index:
-            continue
-        m = x[r, 0]
-        for c in range(1, classes):
-            m = max(m, x[r, c])
-        total = 0.0
-        for c in range(classes):
-            total += np.exp(x[r, c] - m)
-        lse[r] = m + np.log(total)
-        loss[r] = lse[r] - x[r, target[r]]
+    """Returns (loss (N,), lse (N,)); both 0 on ignored rows. Targets are checked first."""
+    check_targets(target, x.shape[1], ignore_index)
+    loss, lse = np.empty(x.shape[0], x.dtype), np.empty(x.shape[0], x.dtype)
+    run_rows(_forward_parallel, _forward_serial, x.size * 2, x, target, ignore_index, loss, lse)
     return loss, lse
 
 
-@njit(cache=True, parallel=True, fastmath=SAFE_FASTMATH)
 def cross_entropy_backward(x, target, lse, row_grad, ignore_index):
-    """dx (N, C) = row_grad[:, None] * (softmax(x) - onehot(target))."""
-    rows, classes = x.shape
-    dx = np.zeros_like(x)
-    for r in prange(rows):
-        if target[r] == ignore_index:
-            continue
-        for c in range(classes):
-            dx[r, c] = np.exp(x[r, c] - lse[r]) * row_grad[r]
-        dx[r, target[r]] -= row_grad[r]
+    """dx (N, C) = row_grad[:, None] * (softmax(x) - onehot(target)); targets were checked by the forward."""
+    dx = np.empty_like(x)
+    run_rows(_backward_parallel, _backward_serial, x.size * 2, x, target, lse, row_grad, ignore_index, dx)
     return dx
 
 

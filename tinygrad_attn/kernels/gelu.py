@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from . import SAFE_FASTMATH
-from .parallel import parallel_for
+from .parallel import run_rows
 from .tiles import exp_vectorizable
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
@@ -30,7 +30,7 @@ _ERFC_COEFFICIENTS = tuple(np.float32(c) for c in (  # Numerical Recipes' erfcc,
     -1.26551223))
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")  # inlined, so the loop vectorises
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
 def normal_cdf_f32(x):
     """Phi(x) for a float32 x, through erfc of |x| / sqrt 2 (no cancellation in either tail)."""
     z = abs(x) * np.float32(_INV_SQRT2)
@@ -47,11 +47,12 @@ def normal_cdf_f32(x):
     return np.float32(1) - half_erfc if x > 0 else half_erfc
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
-def _erf_gelu_f32(x, out, grad, start, stop):
-    """The float32 erf form: out = gelu(x), or grad * gelu'(x) when grad is not empty; elements [start, stop)."""
+# error_model="numpy": no ZeroDivisionError check on a division, which would keep LLVM from vectorising
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
+def _erf_gelu_f32(x, out, grad):
+    """The float32 erf form: out = gelu(x), or grad * gelu'(x) when grad is not empty."""
     backward = grad.size > 0
-    for i in range(start, stop):
+    for i in range(x.size):  # from 0: numba then knows i >= 0 and adds no wraparound (which blocks vectors)
         v = x[i]
         cdf = normal_cdf_f32(v)
         if backward:
@@ -60,35 +61,55 @@ def _erf_gelu_f32(x, out, grad, start, stop):
             out[i] = v * cdf
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
-def _erf_gelu_exact(x, out, grad, start, stop):
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
+def _erf_gelu_exact(x, out, grad):
     """The erf form with libm's erfc, for float64."""
     backward = grad.size > 0
-    for i in range(start, stop):
+    for i in range(x.size):  # from 0: numba then knows i >= 0 and adds no wraparound (which blocks vectors)
         v = x[i]
         cdf = 0.5 * math.erfc(-v * _INV_SQRT2)
         out[i] = grad[i] * (cdf + v * math.exp(-0.5 * v * v) * _INV_SQRT_2PI) if backward else v * cdf
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
-def _tanh_gelu(x, out, grad, start, stop):
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
+def _tanh_gelu(x, out, grad):
     """PyTorch's tanh approximation, in x's dtype."""
     backward = grad.size > 0
     f = x.dtype.type
     half, one, cubic, k = f(0.5), f(1), f(0.044715), f(_SQRT_2_OVER_PI)
-    for i in range(start, stop):
+    for i in range(x.size):  # from 0: numba then knows i >= 0 and adds no wraparound (which blocks vectors)
         v = x[i]
-        th = np.tanh(k * (v + cubic * v * v * v))
+        u = k * (v + cubic * v * v * v)
+        e = exp_vectorizable(f(-2) * abs(u))  # tanh |u| = (1 - e) / (1 + e), e <= 1: no overflow, and it vectorises
+        th = (one - e) / (one + e) if u >= 0 else (e - one) / (one + e)
         if backward:
             out[i] = grad[i] * (half * (one + th) + half * v * (one - th * th) * k * (one + f(3) * cubic * v * v))
         else:
             out[i] = half * v * (one + th)
 
 
+_CHUNK = 4096  # elements per prange step
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
+def _gelu_parallel(x, out, grad, form):
+    """The kernel of `form` (0 float32 erf, 1 exact erf, 2 tanh) over chunks of x on numba's threads."""
+    for c in prange((x.size + _CHUNK - 1) // _CHUNK):
+        s, e = c * _CHUNK, min((c + 1) * _CHUNK, x.size)
+        g = grad[s:e] if grad.size else grad
+        if form == 0:
+            _erf_gelu_f32(x[s:e], out[s:e], g)
+        elif form == 1:
+            _erf_gelu_exact(x[s:e], out[s:e], g)
+        else:
+            _tanh_gelu(x[s:e], out[s:e], g)
+
+
 def _run(x: np.ndarray, grad: np.ndarray, approximate: bool) -> np.ndarray:
-    kernel = _tanh_gelu if approximate else _erf_gelu_f32 if x.dtype == np.float32 else _erf_gelu_exact
+    form = 2 if approximate else 0 if x.dtype == np.float32 else 1
     out = np.empty_like(x)
-    parallel_for(lambda s: kernel(x, out, grad, s.start, s.stop), x.size, x.size * 8)
+    serial = (_erf_gelu_f32, _erf_gelu_exact, _tanh_gelu)[form]
+    run_rows(_gelu_parallel, lambda *args: serial(*args[:3]), x.size * 8, x, out, grad, form)
     return out
 
 

@@ -119,6 +119,50 @@ def _mark_worker() -> None:
     _inside_worker.active = True
 
 
+def _safe_numba_layer() -> bool:
+    """Whether numba's prange would run on a layer that several Python threads may call at once (OpenMP or
+    TBB; its own "workqueue" layer is not), found without starting it."""
+    import importlib
+
+    import numba
+
+    if numba.config.DISABLE_JIT or numba.config.THREADING_LAYER not in ("default", "safe", "threadsafe", "omp", "tbb"):
+        return False
+    for module in ("numba.np.ufunc.tbbpool", "numba.np.ufunc.omppool"):
+        try:
+            importlib.import_module(module)
+            return True
+        except ImportError:
+            continue
+    return False
+
+
+_PRANGE_OK: bool | None = None
+
+
+def run_rows(parallel_kernel: Callable, serial_kernel: Callable, work: float, *args):
+    """Run a row kernel: its `prange` version on numba's threads when that pays and is safe, else its serial one.
+
+    Row kernels call no BLAS, and a numba launch costs microseconds where handing work to Python threads
+    costs tens, so they use numba's threads, as many as this pool has (numba's count is per calling
+    thread, so setting it here changes nothing for other threads).
+    """
+    global _PRANGE_OK
+    n = threads_for(work, 1 << 30)
+    if n > 1 and _PRANGE_OK is None:
+        _PRANGE_OK = _safe_numba_layer()
+    if n <= 1 or not _PRANGE_OK:
+        return serial_kernel(*args)
+    import numba
+
+    previous = numba.get_num_threads()
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    try:
+        return parallel_kernel(*args)
+    finally:
+        numba.set_num_threads(previous)
+
+
 def threads_for(work: float, n_items: int) -> int:
     """How many threads `parallel_for` would use for n_items carrying `work` in all."""
     if work < MIN_PARALLEL_WORK or getattr(_inside_worker, "active", False):
@@ -144,12 +188,17 @@ def parallel_for(task: Callable[[slice], None], n_items: int, work: float) -> No
     if n <= 1:
         task(slice(0, n_items))
         return
-    futures = [_pool(n).submit(task, s) for s in shares(n_items, n)]
+    first, *rest = shares(n_items, n)
+    futures = [_pool(n - 1).submit(task, s) for s in rest]  # the calling thread does the first share itself
     errors = []
+    try:
+        task(first)
+    except BaseException as err:  # noqa: BLE001  (re-raised below, once all slices are done)
+        errors.append(err)
     for future in futures:
         try:
             future.result()
-        except BaseException as err:  # noqa: BLE001  (re-raised below, once all slices are done)
+        except BaseException as err:  # noqa: BLE001
             errors.append(err)
     if errors:
         raise errors[0]

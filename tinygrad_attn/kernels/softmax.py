@@ -10,23 +10,23 @@ and receives no gradient. A NaN in a row's kept entries makes the whole row NaN.
     softmax backward:      dx_j = y_j (g_j - sum_k g_k y_k)
     log-softmax backward:  dx_j = g_j - p_j sum_k g_k     (over live entries)
 
-Each kernel does rows [start, stop); the wrappers share the rows among the
-pool's threads (parallel.py).
+Each kernel is written for one row and run over the rows by a serial and a
+`prange` driver; `parallel.run_rows` picks one.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from . import SAFE_FASTMATH
-from .parallel import parallel_for
+from .parallel import run_rows
 from .tiles import exp_vectorizable, maximum
 
 _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
 def row_max_and_sum(x, r, keep, has_mask):
     """The log-sum-exp of row r, as its max m and l = sum_j exp(x_j - m) over kept entries (l = 0: none)."""
     n = x.shape[1]
@@ -43,73 +43,107 @@ def row_max_and_sum(x, r, keep, has_mask):
     return m, total
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
-def _softmax_rows(x, keep, log, out, lse, start, stop):
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
+def _softmax_row(x, keep, log, out, lse, r):
     has_mask = keep.shape[0] > 0
     n = x.shape[1]
-    for r in range(start, stop):
-        m, total = row_max_and_sum(x, r, keep, has_mask)
-        if m == -np.inf:  # nothing to attend to
-            out[r, :] = 0
-            lse[r] = -np.inf
-            continue
-        row_lse = m + np.log(total)
-        lse[r] = row_lse
-        if log:
-            for j in range(n):
-                live = (not has_mask or keep[r, j]) and x[r, j] != -np.inf  # a NaN stays NaN
-                out[r, j] = x[r, j] - row_lse if live else -np.inf
-        else:
-            inverse = x.dtype.type(1) / total
-            for j in range(n):
-                kept = not has_mask or keep[r, j]
-                out[r, j] = exp_vectorizable(x[r, j] - m) * inverse if kept else 0
+    m, total = row_max_and_sum(x, r, keep, has_mask)
+    if m == -np.inf:  # nothing to attend to
+        out[r, :] = 0
+        lse[r] = -np.inf
+        return
+    row_lse = m + np.log(total)
+    lse[r] = row_lse
+    if log:
+        for j in range(n):
+            live = (not has_mask or keep[r, j]) and x[r, j] != -np.inf  # a NaN stays NaN
+            out[r, j] = x[r, j] - row_lse if live else -np.inf
+    else:
+        inverse = x.dtype.type(1) / total
+        for j in range(n):
+            kept = not has_mask or keep[r, j]
+            out[r, j] = exp_vectorizable(x[r, j] - m) * inverse if kept else 0
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
-def _softmax_backward_rows(y, grad, dx, start, stop):
-    n = y.shape[1]
-    for r in range(start, stop):
-        dot = y.dtype.type(0)
-        for j in range(n):
-            dot += grad[r, j] * y[r, j]
-        for j in range(n):
-            dx[r, j] = y[r, j] * (grad[r, j] - dot)
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
+def _softmax_backward_row(y, grad, dx, r):
+    dot = y.dtype.type(0)
+    for j in range(y.shape[1]):
+        dot += grad[r, j] * y[r, j]
+    for j in range(y.shape[1]):
+        dx[r, j] = y[r, j] * (grad[r, j] - dot)
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
-def _log_softmax_backward_rows(y, grad, lse, dx, start, stop):
-    n = y.shape[1]
-    for r in range(start, stop):
-        if lse[r] == -np.inf:
-            dx[r, :] = 0
-            continue
-        total = y.dtype.type(0)
-        for j in range(n):
-            if y[r, j] != -np.inf:
-                total += grad[r, j]
-        for j in range(n):
-            dx[r, j] = grad[r, j] - np.exp(y[r, j]) * total if y[r, j] != -np.inf else 0
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
+def _log_softmax_backward_row(y, grad, lse, dx, r):
+    if lse[r] == -np.inf:
+        dx[r, :] = 0
+        return
+    total = y.dtype.type(0)
+    for j in range(y.shape[1]):
+        if y[r, j] != -np.inf:
+            total += grad[r, j]
+    for j in range(y.shape[1]):
+        dx[r, j] = grad[r, j] - np.exp(y[r, j]) * total if y[r, j] != -np.inf else 0
+
+
+# Each row function runs over all rows twice over: on numba's threads (prange) and on the calling thread.
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
+def _softmax_parallel(x, keep, log, out, lse):
+    for r in prange(x.shape[0]):
+        _softmax_row(x, keep, log, out, lse, r)
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
+def _softmax_serial(x, keep, log, out, lse):
+    for r in range(x.shape[0]):
+        _softmax_row(x, keep, log, out, lse, r)
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
+def _softmax_backward_parallel(y, grad, dx):
+    for r in prange(y.shape[0]):
+        _softmax_backward_row(y, grad, dx, r)
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
+def _softmax_backward_serial(y, grad, dx):
+    for r in range(y.shape[0]):
+        _softmax_backward_row(y, grad, dx, r)
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
+def _log_softmax_backward_parallel(y, grad, lse, dx):
+    for r in prange(y.shape[0]):
+        _log_softmax_backward_row(y, grad, lse, dx, r)
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
+def _log_softmax_backward_serial(y, grad, lse, dx):
+    for r in range(y.shape[0]):
+        _log_softmax_backward_row(y, grad, lse, dx, r)
 
 
 def softmax_forward(x: np.ndarray, keep: np.ndarray, log: bool) -> tuple[np.ndarray, np.ndarray]:
     """Returns (y, lse): probabilities (or log-probabilities) and per-row log-sum-exp (-inf for dead rows)."""
     out, lse = np.empty_like(x), np.empty(x.shape[0], x.dtype)
-    parallel_for(lambda s: _softmax_rows(x, keep, log, out, lse, s.start, s.stop), x.shape[0], x.size * 4)
+    run_rows(_softmax_parallel, _softmax_serial, x.size * 4, x, keep, log, out, lse)
     return out, lse
 
 
 def softmax_backward(y: np.ndarray, grad: np.ndarray) -> np.ndarray:
     """dx = y * (g - sum(g * y)) row by row; zero where y is 0."""
     dx = np.empty_like(y)
-    parallel_for(lambda s: _softmax_backward_rows(y, grad, dx, s.start, s.stop), y.shape[0], y.size * 2)
+    run_rows(_softmax_backward_parallel, _softmax_backward_serial, y.size * 2, y, grad, dx)
     return dx
 
 
 def log_softmax_backward(y: np.ndarray, grad: np.ndarray, lse: np.ndarray) -> np.ndarray:
     """dx = g - exp(y) * sum(g) over live entries; zero for masked entries and dead rows."""
     dx = np.empty_like(y)
-    parallel_for(lambda s: _log_softmax_backward_rows(y, grad, lse, dx, s.start, s.stop), y.shape[0], y.size * 4)
+    run_rows(_log_softmax_backward_parallel, _log_softmax_backward_serial, y.size * 4, y, grad, lse, dx)
     return dx
 
 
