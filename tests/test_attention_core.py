@@ -22,11 +22,11 @@ def T(a, grad=True):
 
 def _nodes(fn):
     seen = []
-    ta.tensor._forward_hooks.append(lambda ctx, out: seen.append(ctx.function.__name__))
+    ta.engine._forward_hooks.append(lambda ctx, out: seen.append(ctx.function.__name__))
     try:
         fn()
     finally:
-        ta.tensor._forward_hooks.pop()
+        ta.engine._forward_hooks.pop()
     return seen
 
 

@@ -146,12 +146,12 @@ def test_self_attention_packed_path_has_the_same_maths(sdpa_path, unbatched, b, 
     mask = ta.padding_mask(rng.integers(1, t + 1, b), t) if padded and not unbatched else None
     grad = rng.normal(size=data.shape)
     seen = []
-    ta.tensor._forward_hooks.append(lambda ctx, out: seen.append((ctx.function.__name__, len(ctx.inputs))))
+    ta.engine._forward_hooks.append(lambda ctx, out: seen.append((ctx.function.__name__, len(ctx.inputs))))
     try:
         x = ta.Tensor(data, requires_grad=True)
         packed, _ = mha(x, mask=mask, is_causal=causal, need_weights=False)
     finally:
-        ta.tensor._forward_hooks.pop()
+        ta.engine._forward_hooks.pop()
     assert ("PackedLinearFunction", 4 + 3 * bias) in seen
     assert (("FlashAttention", 1) in seen) == (sdpa_path == "flash")  # one packed input
     assert ("LinearFunction", 2 + bias) in seen

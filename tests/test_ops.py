@@ -106,7 +106,10 @@ def test_shape_ops(data, shape):
     new_dim = data.draw(st.integers(-len(shape) - 1, len(shape)))
     cases = [
         (lambda t: t.reshape(-1), x.reshape(-1)),
-        (lambda t: t.view(*shape[::-1]), x.reshape(shape[::-1])),
+        (lambda t: t.contiguous().view(*shape[::-1]), x.reshape(shape[::-1])),
+        (lambda t: t.flatten(), x.reshape(-1)),
+        (lambda t: t.clone(), x),
+        (lambda t: t.expand(2, *shape), np.broadcast_to(x, (2, *shape))),
         (lambda t: t.permute(*perm), x.transpose(perm)),
         (lambda t: t.transpose(d0, d1), np.swapaxes(x, d0, d1)),
         (lambda t: t.unsqueeze(new_dim), np.expand_dims(x, new_dim)),

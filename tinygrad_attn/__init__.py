@@ -9,7 +9,9 @@
 """
 
 from . import debug, functional, interop, nn, optim, runtime, tasks, viz
+from .creation import arange, full, multinomial, ones, ones_like, rand, randn, tensor, tril, triu, zeros, zeros_like
 from .debug import detect_anomaly, trace_backward
+from .engine import Context, Function, Tensor, is_grad_enabled, no_grad
 from .functional import sdpa_kernel
 from .gradcheck import GradcheckError, gradcheck
 from .kernels.parallel import get_num_threads, set_num_threads
@@ -17,11 +19,23 @@ from .masks import causal_mask, padding_mask
 from .ops import cat, stack, where
 from .rng import manual_seed
 from .serialization import load, save
-from .tensor import Context, Function, Tensor, is_grad_enabled, no_grad
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "arange",
+    "full",
+    "multinomial",
+    "ones",
+    "ones_like",
+    "rand",
+    "randn",
+    "tensor",
+    "tril",
+    "triu",
+    "zeros",
+    "zeros_like",
+    "engine",
     "Context",
     "Function",
     "GradcheckError",

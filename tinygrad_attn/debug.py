@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import tensor as engine
+from . import engine
 
 
 @dataclass

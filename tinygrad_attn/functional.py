@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from . import rng
+from .engine import Function, Tensor
 from .kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from .kernels.flash import as_group_grid, flash_attention_backward, flash_attention_forward, grid_bias
 from .kernels.gelu import gelu_backward, gelu_forward
@@ -26,7 +27,6 @@ from .kernels.layernorm import layer_norm_backward, layer_norm_forward
 from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
 from .masks import causal_mask
 from .ops import check_broadcast, normalize_dim
-from .tensor import Function, Tensor
 
 _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
 

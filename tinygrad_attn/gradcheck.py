@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from .engine import Tensor, no_grad
 from .ops import where
-from .tensor import Tensor, no_grad
 
 
 class GradcheckError(RuntimeError):
@@ -81,9 +81,9 @@ def gradcheck(
             if not t.requires_grad:
                 continue
             analytic = np.zeros(t.shape) if t.grad is None else t.grad.data
-            flat = np.arange(t.size)
-            if t.size > max_elements:
-                flat = np.sort(rng.choice(t.size, max_elements, replace=False))
+            flat = np.arange(t.numel())
+            if t.numel() > max_elements:
+                flat = np.sort(rng.choice(t.numel(), max_elements, replace=False))
             numeric = np.empty(len(flat))
             for n, i in enumerate(flat):
                 index = np.unravel_index(i, t.shape)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .tensor import Tensor
+from .engine import Tensor
 
 
 def causal_mask(tq: int, tk: int | None = None) -> Tensor:

@@ -3,7 +3,7 @@
 Notation: `grad` is dL/d(output). Each backward returns dL/d(input) for each
 input, in the output's (possibly broadcast) shape; the engine sums it back to
 the input's shape. Composite ops (mean, transpose, unsqueeze, stack, ...) are
-built from these in tensor.py and functional.py.
+built from these in engine.py and functional.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .tensor import Context, Function, Tensor
+from .engine import Context, Function, Tensor, is_grad_enabled
 
 # --- elementwise, two inputs ---------------------------------------------------
 
@@ -284,6 +284,78 @@ class Cat(Function):
         return tuple(np.split(grad, ctx.split_points, axis=ctx.axis))
 
 
+class Abs(Function):
+    @staticmethod
+    def forward(ctx, a):
+        ctx.save_for_backward(np.sign(a))
+        return np.abs(a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (sign,) = ctx.saved_tensors
+        return grad * sign  # the subgradient at 0 is taken as 0, as in PyTorch
+
+
+class Clamp(Function):
+    """min(max(a, low), high); the gradient passes where low <= a <= high, as in PyTorch."""
+
+    @staticmethod
+    def forward(ctx, a, low, high):
+        inside = np.ones(a.shape, bool)
+        if low is not None:
+            inside &= a >= low
+        if high is not None:
+            inside &= a <= high
+        ctx.save_for_backward(inside)
+        return np.clip(a, low, high)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inside,) = ctx.saved_tensors
+        return grad * inside
+
+
+class Expand(Function):
+    """a broadcast to a larger shape (a read-only view); the engine sums the gradient back to a's shape."""
+
+    @staticmethod
+    def forward(ctx, a, shape):
+        return np.broadcast_to(a, shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class Clone(Function):
+    """A copy with its own (C-contiguous) memory; the gradient passes unchanged."""
+
+    @staticmethod
+    def forward(ctx, a):
+        return np.array(a, order="C", copy=True)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class TakeAlongDim(Function):
+    """a's entries at `indices` along `axis` (np.take_along_axis); backward scatters into zeros."""
+
+    @staticmethod
+    def forward(ctx, a, indices, axis):
+        ctx.save_for_backward(indices)
+        ctx.input_shape, ctx.axis = a.shape, axis
+        return np.take_along_axis(a, indices, axis)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (indices,) = ctx.saved_tensors
+        out = np.zeros(ctx.input_shape, grad.dtype)
+        np.put_along_axis(out, indices, grad, ctx.axis)  # indices along a row are distinct here (topk)
+        return out
+
+
 # --- linear algebra -------------------------------------------------------------------
 
 
@@ -371,21 +443,23 @@ def normalize_dims(dim: int | tuple[int, ...] | None, ndim: int, op: str) -> tup
     return axes
 
 
-def resolve_shape(shape: tuple[Any, ...], current: tuple[int, ...]) -> tuple[int, ...]:
+def resolve_shape(shape: tuple[Any, ...], current: tuple[int, ...], op: str = "reshape") -> tuple[int, ...]:
     """A reshape target (ints, possibly one -1, or a single tuple) as a tuple of ints."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
+    if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) for n in shape):
+        raise TypeError(f"{op}: sizes must be ints, got {shape!r}")
     shape = tuple(int(n) for n in shape)
     size = math.prod(current)
     known = math.prod(n for n in shape if n != -1)
     if shape.count(-1) > 1 or any(n < -1 for n in shape):
-        raise ValueError(f"reshape: invalid shape {shape} (at most one -1, no other negative size)")
+        raise ValueError(f"{op}: invalid shape {shape} (at most one -1, no other negative size)")
     if -1 in shape:
         if known == 0 or size % known:
-            raise ValueError(f"reshape: cannot reshape a tensor of shape {current} (size {size}) into {shape}")
+            raise ValueError(f"{op}: cannot reshape a tensor of shape {current} (size {size}) into {shape}")
         shape = tuple(size // known if n == -1 else n for n in shape)
     if math.prod(shape) != size:
-        raise ValueError(f"reshape: cannot reshape a tensor of shape {current} (size {size}) into {shape}")
+        raise ValueError(f"{op}: cannot reshape a tensor of shape {current} (size {size}) into {shape}")
     return shape
 
 
@@ -451,7 +525,7 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
 
 
 class _TensorMethods:
-    """Installed on Tensor below; here so that tensor.py need not import the ops."""
+    """Installed on Tensor below; here so that engine.py need not import the ops."""
 
     # --- arithmetic (gradient rules in py) ---------------------------------
     def _operand(self, other: Any) -> Tensor:
@@ -526,7 +600,7 @@ class _TensorMethods:
 
     def max(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
         """Largest value; the gradient is split evenly among tied maxima."""
-        if self.size == 0:
+        if self.data.size == 0:
             raise ValueError(f"max: the tensor of shape {self.shape} is empty")
         return Max.apply(self, axis=normalize_dims(dim, self.ndim, "max"), keepdim=keepdim)
 
@@ -535,7 +609,117 @@ class _TensorMethods:
         shape = resolve_shape(shape, self.shape)
         return self if shape == self.shape else Reshape.apply(self, shape=shape)
 
-    view = reshape
+    def view(self, *shape: Any) -> Tensor:
+        """reshape that never copies: like PyTorch, a layout that would need a copy raises."""
+        target = resolve_shape(shape, self.shape, "view")
+        if self.data.size and not np.may_share_memory(self.data.reshape(target), self.data):
+            raise RuntimeError(f"view: shape {target} is not compatible with the strides of this tensor "
+                               f"(shape {self.shape}, a non-contiguous view); use .reshape(...) or "
+                               f".contiguous().view(...)")
+        return self.reshape(target)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        if self.ndim == 0:
+            return self.reshape(1)
+        start, end = normalize_dim(start_dim, self.ndim, "flatten"), normalize_dim(end_dim, self.ndim, "flatten")
+        if start > end:
+            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        return self.reshape(self.shape[:start] + (math.prod(self.shape[start : end + 1]),) + self.shape[end + 1 :])
+
+    def expand(self, *shape: Any) -> Tensor:
+        """Broadcast to `shape` (-1 keeps a dim), without copying."""
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        if len(shape) < self.ndim:
+            raise ValueError(f"expand: shape {shape} has fewer dims than the tensor's {self.shape}")
+        own = (1,) * (len(shape) - self.ndim) + self.shape
+        target = tuple(o if n == -1 else n for n, o in zip(shape, own))
+        if any(not isinstance(n, (int, np.integer)) or n < 0 for n in target) or any(
+                o != n and o != 1 for o, n in zip(own, target)):
+            raise ValueError(f"expand: the tensor of shape {self.shape} cannot be expanded to {shape}")
+        return Expand.apply(self, shape=target)
+
+    def clone(self) -> Tensor:
+        return Clone.apply(self)
+
+    def contiguous(self) -> Tensor:
+        return self if self.data.flags.c_contiguous else Clone.apply(self)
+
+    def split(self, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+        """Pieces along `dim`: of split_size each (the last may be smaller), or of the given sizes."""
+        axis = normalize_dim(dim, self.ndim, "split")
+        length = self.shape[axis]
+        if isinstance(split_size_or_sections, (int, np.integer)) and not isinstance(split_size_or_sections, bool):
+            if split_size_or_sections <= 0:
+                raise ValueError(f"split: split_size must be positive, got {split_size_or_sections}")
+            sizes = [min(split_size_or_sections, length - i) for i in range(0, length, split_size_or_sections)]
+        else:
+            sizes = [int(n) for n in split_size_or_sections]
+            if sum(sizes) != length or any(n < 0 for n in sizes):
+                raise ValueError(f"split: sizes {sizes} do not add up to dim {dim}'s length {length}")
+        starts = np.cumsum([0] + sizes[:-1])
+        lead = (slice(None),) * axis
+        return tuple(self[lead + (slice(int(a), int(a) + n),)] for a, n in zip(starts, sizes))
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """At most `chunks` pieces of ceil(length / chunks) along `dim`, as PyTorch's chunk."""
+        if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks <= 0:
+            raise ValueError(f"chunk: chunks must be a positive int, got {chunks!r}")
+        length = self.shape[normalize_dim(dim, self.ndim, "chunk")]
+        return self.split(max(1, -(-length // chunks)), dim)
+
+    def abs(self) -> Tensor:
+        return Abs.apply(self)
+
+    def clamp(self, min: float | None = None, max: float | None = None) -> Tensor:  # noqa: A002  (PyTorch's names)
+        if min is None and max is None:
+            raise ValueError("clamp: give min, max or both")
+        for name, bound in (("min", min), ("max", max)):
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float, np.number))):
+                raise TypeError(f"clamp: {name} must be a number, got {bound!r}")
+        return Clamp.apply(self, low=min, high=max)
+
+    clip = clamp
+
+    def min(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
+        """Smallest value; the gradient is split evenly among tied minima."""
+        return -((-self).max(dim, keepdim))
+
+    def _arg(self, fn, name: str, dim: int | None, keepdim: bool) -> Tensor:
+        if self.data.size == 0:
+            raise ValueError(f"{name}: the tensor of shape {self.shape} is empty")
+        if dim is None:
+            return Tensor(np.asarray(fn(self.data.reshape(-1)), dtype=np.int64))
+        axis = normalize_dim(dim, self.ndim, name)
+        return Tensor(fn(self.data, axis=axis, keepdims=keepdim).astype(np.int64))
+
+    def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        return self._arg(np.argmax, "argmax", dim, keepdim)
+
+    def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        return self._arg(np.argmin, "argmin", dim, keepdim)
+
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002
+        """(values, indices) of the k largest (or smallest) entries along `dim`; values carry the gradient."""
+        axis = normalize_dim(dim, self.ndim, "topk")
+        length = self.shape[axis] if self.ndim else 1
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= length:
+            raise ValueError(f"topk: k must be an int in [0, {length}] (the length of dim {dim}), got {k!r}")
+        keys = -self.data if largest else self.data
+        indices = np.argsort(keys, axis=axis, kind="stable")
+        indices = np.take(indices, np.arange(k), axis=axis).astype(np.int64)
+        return TakeAlongDim.apply(self, indices=indices, axis=axis), Tensor(indices)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """In-place assignment, for tensors outside any graph (as in PyTorch, a tensor that requires
+        grad cannot be written in place while gradients are recorded)."""
+        if self.requires_grad and is_grad_enabled():
+            raise RuntimeError("item assignment on a tensor that requires grad would break its gradient; "
+                               "assign under ta.no_grad() or to a tensor that needs no gradient")
+        if not self.data.flags.writeable:
+            raise RuntimeError(f"item assignment: this tensor's data (shape {self.shape}) is a read-only view "
+                               "(from expand); clone() it first")
+        value = value.data if isinstance(value, Tensor) else value
+        self.data[normalize_index(index, self.shape)] = value
 
     def permute(self, *dims: Any) -> Tensor:
         dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims

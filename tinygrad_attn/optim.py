@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from .engine import Tensor
 from .kernels.adam import adam_update
-from .tensor import Tensor
 
 
 class Optimizer:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .tensor import Tensor
+from .engine import Tensor
 
 
 def _flatten(obj: Mapping, prefix: str, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .tensor import Tensor
+from .engine import Tensor
 
 _warned = False
 

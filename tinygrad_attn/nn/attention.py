@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import functional as F
-from ..tensor import Tensor
+from ..engine import Tensor
 from .layers import Linear, PackedLinearFunction
 from .module import Module
 

@@ -13,8 +13,8 @@ import numpy as np
 
 from .. import functional as F
 from .. import rng
+from ..engine import Function, Tensor
 from ..kernels.parallel import row_split_matmul
-from ..tensor import Function, Tensor
 from .module import Module, Parameter
 
 

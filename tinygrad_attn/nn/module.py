@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..tensor import Tensor
+from ..engine import Tensor
 
 
 class Parameter(Tensor):
@@ -55,7 +55,7 @@ class Module:
             yield from child.modules()
 
     def num_parameters(self) -> int:
-        return sum(p.size for p in self.parameters())
+        return sum(p.numel() for p in self.parameters())
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Parameter name -> a copy of its array."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..tensor import Tensor
+from ..engine import Tensor
 from .attention import MultiHeadAttention
 from .layers import GELU, Dropout, Embedding, LayerNorm, LearnedPositionalEncoding, Linear, ReLU
 from .module import Module, ModuleList

@@ -12,8 +12,8 @@ from importlib import resources
 
 import numpy as np
 
+from ..engine import no_grad
 from ..nn import Module, Seq2SeqTransformer
-from ..tensor import no_grad
 from .base import Batch, Defaults, Task
 
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"

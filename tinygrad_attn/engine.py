@@ -245,11 +245,47 @@ class Tensor:
     shape = property(lambda self: self.data.shape)
     dtype = property(lambda self: self.data.dtype)
     ndim = property(lambda self: self.data.ndim)
-    size = property(lambda self: self.data.size)
     is_leaf = property(lambda self: self._ctx is None)
 
     def numel(self) -> int:
+        """The number of elements (PyTorch's name; `size()` is the shape)."""
         return self.data.size
+
+    def size(self, dim: int | None = None) -> Any:
+        """The shape, as PyTorch's `size()`; `size(dim)` is one dim's length."""
+        if dim is None:
+            return self.data.shape
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+            raise TypeError(f"size: dim must be an int, got {dim!r}")
+        if not -self.ndim <= dim < max(self.ndim, 1) or self.ndim == 0:
+            raise IndexError(f"size: dim {dim} is out of range for a tensor with {self.ndim} dims")
+        return self.data.shape[dim]
+
+    def dim(self) -> int:
+        return self.data.ndim
+
+    def tolist(self) -> Any:
+        return self.data.tolist()
+
+    def _scalar(self, kind: str) -> Any:
+        if self.data.size != 1:
+            raise ValueError(f"{kind}(): only a tensor with one element can be converted, this one has shape "
+                             f"{self.shape}")
+        return self.data.item()
+
+    def __float__(self) -> float:
+        return float(self._scalar("float"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int"))
+
+    def __bool__(self) -> bool:
+        return bool(self._scalar("bool"))
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iu":
+            raise TypeError(f"only integer tensors of one element can be used as an index, not {self.dtype}")
+        return int(self._scalar("index"))
 
     def numpy(self) -> np.ndarray:
         return self.data
@@ -289,7 +325,7 @@ class Tensor:
         if not self.requires_grad:
             raise RuntimeError("backward: this tensor does not require grad and has no graph behind it")
         if grad is None:
-            if self.size != 1:
+            if self.data.size != 1:
                 raise RuntimeError(
                     f"backward: grad can be omitted only for a single-element output, "
                     f"this one has shape {self.shape}; pass grad of that shape"

@@ -1,0 +1,173 @@
+"""PyTorch's tensor idioms: factories, size()/dim(), split/chunk, topk, argmax, clamp, abs, min, expand, view,
+item assignment, multinomial. Against numpy (and PyTorch when installed), gradients against finite differences."""
+
+import numpy as np
+import pytest
+from conftest import arrays, shapes
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tinygrad_attn as ta
+
+
+def T(a, grad=True):
+    return ta.Tensor(a, requires_grad=grad)
+
+
+def test_factories_are_float32_and_seeded():
+    assert ta.zeros(2, 3).dtype == np.float32 and ta.zeros((2, 3)).shape == (2, 3)
+    assert ta.ones(4).data.sum() == 4 and ta.full((2, 2), 7.0).data.tolist() == [[7, 7], [7, 7]]
+    assert ta.arange(5).dtype == np.int64 and ta.arange(0, 1, 0.25).dtype == np.float32
+    np.testing.assert_array_equal(ta.arange(2, 8, 2).data, [2, 4, 6])
+    assert ta.tensor([1, 2]).dtype == np.int64 and ta.tensor([1.0, 2.0]).dtype == np.float32
+    t = ta.tensor([[1.0, 2.0]], requires_grad=True)
+    assert t.requires_grad and ta.zeros_like(t).shape == (1, 2) and ta.ones_like(t).dtype == np.float32
+    source = np.ones(3, np.float32)
+    ta.tensor(source).data[0] = 5
+    assert source[0] == 1  # tensor() copies, Tensor() shares
+    ta.manual_seed(3)
+    a = ta.randn(2, 3).data
+    ta.manual_seed(3)
+    np.testing.assert_array_equal(a, ta.randn(2, 3).data)
+    assert ta.rand(100).data.min() >= 0 and ta.rand(100).data.max() < 1
+    with pytest.raises(ValueError, match="non-negative ints"):
+        ta.zeros(2, -1)
+
+
+def test_tril_triu_match_numpy_and_gradcheck():
+    x = np.random.default_rng(0).normal(size=(2, 4, 5))
+    for fn, ref in ((ta.tril, np.tril), (ta.triu, np.triu)):
+        for k in (-1, 0, 2):
+            np.testing.assert_array_equal(fn(T(x, False), k).data, ref(x, k))
+            assert ta.gradcheck(lambda t, fn=fn, k=k: fn(t, k), [T(x)])
+
+
+def test_size_dim_and_conversions():
+    t = ta.zeros(2, 3, 4)
+    assert t.size() == (2, 3, 4) and t.size(-1) == 4 and t.size(0) == 2 and t.dim() == 3 and t.numel() == 24
+    with pytest.raises(IndexError, match="dim 3 is out of range"):
+        t.size(3)
+    one = ta.tensor([[2.5]])
+    assert float(one) == 2.5 and int(one) == 2 and bool(one) and one.tolist() == [[2.5]]
+    with pytest.raises(ValueError, match="one element"):
+        float(t)
+    assert [0, 1, 2][ta.tensor(1)] == 1
+
+
+@given(data=st.data(), shape=shapes(1, 3, 5))
+def test_split_and_chunk_are_slices_and_carry_gradients(data, shape):
+    x = data.draw(arrays(shape))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    size = data.draw(st.integers(1, 4))
+    pieces = T(x, False).split(size, dim)
+    np.testing.assert_array_equal(np.concatenate([p.data for p in pieces], axis=dim), x)
+    assert all(p.shape[dim] <= size for p in pieces)
+    n = data.draw(st.integers(1, 4))
+    chunks = T(x, False).chunk(n, dim)
+    assert len(chunks) <= n and np.concatenate([c.data for c in chunks], axis=dim).shape == x.shape
+    assert ta.gradcheck(lambda t: ta.cat([p * (i + 1) for i, p in enumerate(t.split(size, dim))], dim), [T(x)])
+
+
+def test_split_by_sizes_and_errors():
+    x = T(np.arange(10.0), False)
+    assert [p.shape[0] for p in x.split([3, 7])] == [3, 7]
+    with pytest.raises(ValueError, match="do not add up"):
+        x.split([3, 3])
+    with pytest.raises(ValueError, match="positive"):
+        x.chunk(0)
+
+
+@given(data=st.data(), shape=shapes(1, 3, 5))
+def test_topk_argmax_min_abs_clamp(data, shape):
+    x = data.draw(arrays(shape))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    k = data.draw(st.integers(0, shape[dim]))
+    for largest in (True, False):
+        values, indices = T(x, False).topk(k, dim, largest=largest)
+        order = np.sort(x, axis=dim)
+        want = np.flip(order, axis=dim) if largest else order
+        np.testing.assert_array_equal(values.data, np.take(want, range(k), axis=dim))
+        np.testing.assert_array_equal(np.take_along_axis(x, indices.data, dim), values.data)
+        assert indices.dtype == np.int64
+        assert ta.gradcheck(lambda t, largest=largest: t.topk(k, dim, largest=largest)[0], [T(x)])
+    np.testing.assert_array_equal(T(x, False).argmax(dim).data, np.argmax(x, dim))
+    np.testing.assert_array_equal(T(x, False).argmin(dim, keepdim=True).data, np.argmin(x, dim, keepdims=True))
+    assert T(x, False).argmax().item() == np.argmax(x)
+    np.testing.assert_array_equal(T(x, False).min(dim).data, x.min(dim))
+    np.testing.assert_array_equal(T(x, False).abs().data, np.abs(x))
+    np.testing.assert_array_equal(T(x, False).clamp(-0.5, 0.7).data, np.clip(x, -0.5, 0.7))
+    np.testing.assert_array_equal(T(x, False).clamp(min=0.1).data, np.maximum(x, 0.1))
+    assert ta.gradcheck(lambda t: t.abs() + t.clamp(-0.5, 0.7) + t.min(dim, keepdim=True), [T(x + 0.01)])
+
+
+def test_expand_view_contiguous():
+    x = T(np.arange(3.0).reshape(3, 1))
+    e = x.expand(2, 3, 4)
+    assert e.shape == (2, 3, 4) and x.expand(-1, 5).shape == (3, 5)
+    e.sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [[8.0], [8.0], [8.0]])
+    with pytest.raises(ValueError, match="cannot be expanded"):
+        x.expand(2, 2)
+    strided = T(np.arange(6.0).reshape(2, 3), False).transpose(0, 1)
+    with pytest.raises(RuntimeError, match=r"contiguous\(\)"):
+        strided.view(6)
+    np.testing.assert_array_equal(strided.contiguous().view(6).data, np.arange(6.0).reshape(2, 3).T.reshape(6))
+    with pytest.raises(TypeError, match="sizes must be ints"):
+        strided.reshape(3, 2.5)
+
+
+def test_item_assignment_outside_the_graph():
+    logits = ta.tensor([[1.0, 5.0, 3.0, 2.0]])
+    v, _ = logits.topk(2)
+    logits[logits < v[:, [-1]]] = -np.inf  # nanoGPT's top-k filter
+    np.testing.assert_array_equal(logits.data, [[-np.inf, 5.0, 3.0, -np.inf]])
+    logits[0, 0] = ta.tensor(9.0)
+    assert logits.data[0, 0] == 9
+    w = ta.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        w[0] = 3.0
+    with ta.no_grad():
+        w[0] = 3.0
+    assert w.data[0] == 3
+    with pytest.raises(RuntimeError, match="read-only"):
+        ta.tensor([1.0]).expand(3)[0] = 2.0
+
+
+def test_multinomial_draws_by_weight_from_the_seeded_generator():
+    ta.manual_seed(0)
+    probs = ta.tensor([[0.0, 0.2, 0.8], [1.0, 0.0, 0.0]])
+    draws = ta.multinomial(probs, 1000, replacement=True).data
+    assert draws.shape == (2, 1000) and draws.dtype == np.int64
+    assert not np.any(draws[0] == 0) and abs(np.mean(draws[0] == 2) - 0.8) < 0.05 and np.all(draws[1] == 0)
+    once = ta.multinomial(ta.tensor([0.1, 0.2, 0.7]), 3).data
+    assert sorted(once.tolist()) == [0, 1, 2]
+    ta.manual_seed(5)
+    a = ta.multinomial(probs, 4, replacement=True).data
+    ta.manual_seed(5)
+    np.testing.assert_array_equal(a, ta.multinomial(probs, 4, replacement=True).data)
+    with pytest.raises(ValueError, match="without replacement"):
+        ta.multinomial(probs, 2)
+    with pytest.raises(ValueError, match="non-negative"):
+        ta.multinomial(ta.tensor([-1.0, 2.0]), 1)
+
+
+@pytest.mark.torch_parity
+def test_tensor_idioms_match_torch():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).normal(size=(3, 7)).astype(np.float32)
+    t, tt = T(x), torch.tensor(x, requires_grad=True)
+    values, indices = t.topk(3, dim=1)
+    tv, ti = tt.topk(3, dim=1)
+    np.testing.assert_array_equal(values.data, tv.detach().numpy())
+    np.testing.assert_array_equal(indices.data, ti.numpy())
+    (values * 2).sum().backward()
+    (tv * 2).sum().backward()
+    np.testing.assert_array_equal(t.grad.data, tt.grad.numpy())
+    for a, b in zip(T(x, False).chunk(3, 1), torch.tensor(x).chunk(3, 1)):
+        np.testing.assert_array_equal(a.data, b.numpy())
+    for a, b in zip(T(x, False).split([2, 5], 1), torch.tensor(x).split([2, 5], 1)):
+        np.testing.assert_array_equal(a.data, b.numpy())
+    np.testing.assert_array_equal(T(x, False).clamp(-0.3, 0.4).data, torch.tensor(x).clamp(-0.3, 0.4).numpy())
+    np.testing.assert_array_equal(ta.tril(T(x, False), 1).data, torch.tril(torch.tensor(x), 1).numpy())
+    np.testing.assert_array_equal(T(x, False).flatten(0, 1).data, torch.tensor(x).flatten(0, 1).numpy())
+    assert T(x, False).size() == tuple(torch.tensor(x).size())

@@ -1,0 +1,114 @@
+"""Tensor factories with PyTorch's names: float32 unless a dtype is given, random ones from `ta.manual_seed`'s
+generator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import rng
+from .engine import Tensor
+
+_DEFAULT = np.float32
+
+
+def _shape(size: tuple[Any, ...], op: str) -> tuple[int, ...]:
+    size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+    if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in size):
+        raise ValueError(f"{op}: sizes must be non-negative ints, got {size!r}")
+    return tuple(int(n) for n in size)
+
+
+def _make(array: np.ndarray, dtype: Any, requires_grad: bool) -> Tensor:
+    return Tensor(array.astype(dtype or _DEFAULT, copy=False), requires_grad=requires_grad)
+
+
+def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    """A new tensor holding a copy of `data` (Python floats become float32, ints int64, as in PyTorch)."""
+    data = data.data if isinstance(data, Tensor) else data
+    array = np.array(data, copy=True)
+    if not isinstance(data, (np.ndarray, np.generic)) and array.dtype == np.float64:
+        array = array.astype(_DEFAULT)  # Python floats: the default float dtype, as Tensor(...) does
+    return Tensor(array, requires_grad=requires_grad, dtype=dtype)
+
+
+def zeros(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return _make(np.zeros(_shape(size, "zeros")), dtype, requires_grad)
+
+
+def ones(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return _make(np.ones(_shape(size, "ones")), dtype, requires_grad)
+
+
+def full(size: Any, fill_value: float, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return _make(np.full(_shape((size,), "full"), fill_value), dtype, requires_grad)
+
+
+def zeros_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return Tensor(np.zeros(t.shape, dtype or t.dtype), requires_grad=requires_grad)
+
+
+def ones_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return Tensor(np.ones(t.shape, dtype or t.dtype), requires_grad=requires_grad)
+
+
+def arange(start: float, end: float | None = None, step: float = 1, dtype: Any = None,
+           requires_grad: bool = False) -> Tensor:
+    """[start, end) by step; int64 when every argument is an int, float32 otherwise (PyTorch's rule)."""
+    start, end = (0, start) if end is None else (start, end)
+    if step == 0:
+        raise ValueError("arange: step must not be 0")
+    ints = all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in (start, end, step))
+    values = np.arange(start, end, step)
+    return Tensor(values.astype(dtype or (np.int64 if ints else _DEFAULT)), requires_grad=requires_grad)
+
+
+def randn(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return _make(rng.generator().standard_normal(_shape(size, "randn")), dtype, requires_grad)
+
+
+def rand(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    return _make(rng.generator().random(_shape(size, "rand")), dtype, requires_grad)
+
+
+def tril(t: Tensor, diagonal: int = 0) -> Tensor:
+    """Entries above the `diagonal`-th diagonal of the last two dims set to 0 (differentiable)."""
+    from .ops import where
+
+    keep = np.tri(t.shape[-2], t.shape[-1], diagonal, dtype=bool)
+    return where(keep, t, 0)
+
+
+def triu(t: Tensor, diagonal: int = 0) -> Tensor:
+    """Entries below the `diagonal`-th diagonal of the last two dims set to 0 (differentiable)."""
+    from .ops import where
+
+    keep = ~np.tri(t.shape[-2], t.shape[-1], diagonal - 1, dtype=bool)
+    return where(keep, t, 0)
+
+
+def multinomial(probs: Any, num_samples: int, replacement: bool = False) -> Tensor:
+    """Indices drawn from the rows of `probs` (1-D or 2-D non-negative weights, not necessarily summing to 1),
+    from the framework's generator; int64, shape (num_samples,) or (rows, num_samples)."""
+    p = np.asarray(probs.data if isinstance(probs, Tensor) else probs, dtype=np.float64)
+    if p.ndim not in (1, 2) or p.shape[-1] == 0:
+        raise ValueError(f"multinomial: probs must be 1-D or 2-D with at least one category, got shape {p.shape}")
+    if not np.all(np.isfinite(p)) or np.any(p < 0):
+        raise ValueError("multinomial: probs must be finite and non-negative")
+    rows = p.reshape(-1, p.shape[-1])
+    totals = rows.sum(-1)
+    if np.any(totals <= 0):
+        raise ValueError("multinomial: every row of probs needs a positive sum")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples <= 0:
+        raise ValueError(f"multinomial: num_samples must be a positive int, got {num_samples!r}")
+    if not replacement and num_samples > int((rows > 0).sum(-1).min()):
+        raise ValueError(f"multinomial: cannot draw {num_samples} samples without replacement from "
+                         f"{int((rows > 0).sum(-1).min())} categories of non-zero probability")
+    generator = rng.generator()
+    out = np.stack([generator.choice(len(row), num_samples, replace=replacement, p=row / row.sum()) for row in rows])
+    return Tensor(out.reshape(p.shape[:-1] + (num_samples,)).astype(np.int64))
+
+
+__all__ = ["arange", "full", "multinomial", "ones", "ones_like", "rand", "randn", "tensor", "tril", "triu", "zeros",
+           "zeros_like"]
