@@ -107,7 +107,8 @@ def test_type_promotion_follows_numpy_and_grads_keep_dtype():
 
 def test_attributes_and_conversions():
     x = ta.Tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
-    assert x.shape == (2, 3) and x.ndim == 2 and x.size() == (2, 3) and x.size(-1) == 3 and x.numel() == 6 and len(x) == 2
+    assert x.shape == (2, 3) and x.ndim == 2 and x.size() == (2, 3) and x.size(-1) == 3
+    assert x.numel() == 6 and len(x) == 2
     assert np.asarray(x) is x.data and x.numpy() is x.data
     assert ta.Tensor(4.0).item() == 4.0
     assert "requires_grad=True" in repr(x) and "grad_fn=Mul" in repr(x * 2)
