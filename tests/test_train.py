@@ -28,7 +28,7 @@ def test_train_writes_metrics_and_checkpoint(tmp_path):
     assert {"task", "steps", "seconds", "final_loss", "accuracy"} <= set(metrics)
     parts = load_checkpoint(str(tmp_path / "run" / "checkpoint.npz"))
     assert int(parts["trainer"]["step"]) == 6 and "layers.0.self_attn.q_proj.weight" in parts["model"]
-    assert "exp_avg.0" in parts["optimizer"]
+    assert "state.0.exp_avg" in parts["optimizer"] and "group.0.lr" in parts["optimizer"]
     task, model, _ = load_run(str(tmp_path / "run"))
     assert task.name == "copy" and model.num_parameters() > 0
 

@@ -204,12 +204,17 @@ class CrossEntropy(Function):
         return cross_entropy_backward(x2, target, lse, np.ascontiguousarray(grad), ctx.ignore_index)
 
 
-def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Tensor:
     """Cross-entropy of logits (N, C) or (B, T, C) against integer targets (N,) or (B, T).
 
     "mean" averages over the targets that are not `ignore_index` (0 when all
-    are ignored), "sum" adds them, "none" returns one loss per target.
+    are ignored), "sum" adds them, "none" returns one loss per target. With
+    label_smoothing e, each row's loss is (1 - e) (-log p_target) + e mean_c(-log p_c), as in PyTorch.
     """
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not (
+            0.0 <= label_smoothing <= 1.0):
+        raise ValueError(f"cross_entropy: label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f'cross_entropy: reduction must be "mean", "sum" or "none", got {reduction!r}')
     target = np.asarray(target.data if isinstance(target, Tensor) else target)
@@ -222,9 +227,11 @@ def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reducti
         )
     classes = logits.shape[-1]
     counted = target != ignore_index
-    losses = CrossEntropy.apply(
-        logits.reshape(-1, classes), target=target.reshape(-1).astype(np.int64), ignore_index=ignore_index
-    )
+    rows = logits.reshape(-1, classes)
+    losses = CrossEntropy.apply(rows, target=target.reshape(-1).astype(np.int64), ignore_index=ignore_index)
+    if label_smoothing > 0:
+        uniform = -log_softmax(rows, -1).mean(-1) * Tensor(counted.reshape(-1).astype(rows.dtype))  # mean_c -log p_c
+        losses = losses * (1.0 - label_smoothing) + uniform * label_smoothing
     if reduction == "none":
         return losses.reshape(target.shape)
     total = losses.sum()

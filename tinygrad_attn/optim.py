@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -16,48 +17,162 @@ from .engine import Tensor
 from .kernels.adam import adam_update
 
 
+def _number(value: Any, name: str, op: str, low: float = 0.0, high: float = math.inf, high_open: bool = False) -> float:
+    """A finite real in [low, high] (or [low, high) when high_open), else a clear error naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"{op}: {name} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value < low or value > high or (high_open and value == high):
+        interval = f"[{low}, {high}{')' if high_open else ']'}"
+        raise ValueError(f"{op}: {name} must be a finite number in {interval}, got {value}")
+    return value
+
+
 class Optimizer:
-    """Holds the parameters, the learning rate `lr` (a schedule may change it) and per-parameter state."""
+    """Parameters in groups, each group a dict of the parameters and their options (lr, weight decay, ...),
+    as PyTorch's `param_groups`; a schedule may set a group's "lr" between steps.
+
+    `params` is an iterable of tensors (one group) or of dicts {"params": [...], option: value, ...}
+    whose options override the defaults given to the optimizer. Per-parameter state (moment estimates,
+    momentum buffers, step counts) is kept as flat numpy arrays, so a checkpoint holds it without pickle.
+    """
 
     state_names: tuple[str, ...] = ()
 
-    def __init__(self, params: Iterable[Tensor], lr: float):
-        self.params = list(params)
-        if not self.params:
-            raise ValueError(f"{type(self).__name__}: got an empty parameter list")
-        if lr < 0:
-            raise ValueError(f"{type(self).__name__}: lr must be >= 0, got {lr}")
-        self.lr = lr
-        self.step_count = 0
-        self.state = {name: [np.zeros_like(p.data) for p in self.params] for name in self.state_names}
+    def __init__(self, params: Iterable[Any], defaults: dict[str, Any]):
+        name = type(self).__name__
+        if isinstance(params, Tensor) or hasattr(params, "named_parameters"):
+            raise TypeError(f"{name}: params must be an iterable of tensors or of dicts, got a "
+                            f"{type(params).__name__}; pass model.parameters() or [tensor]")
+        try:
+            items = list(params)
+        except TypeError:
+            raise TypeError(f"{name}: params must be an iterable of tensors or of dicts, got {params!r}") from None
+        if not items:
+            raise ValueError(f"{name}: got an empty parameter list")
+        if all(isinstance(item, dict) for item in items):
+            groups = items
+        elif all(isinstance(item, Tensor) for item in items):
+            groups = [{"params": items}]
+        else:
+            bad = next(item for item in items if not isinstance(item, (Tensor, dict)))
+            raise TypeError(f"{name}: params must all be tensors or all be dicts, got a {type(bad).__name__} "
+                            f"({bad!r:.60})")
+        self.defaults = self._check_options(dict(defaults))
+        self.param_groups: list[dict[str, Any]] = []
+        self.params: list[Tensor] = []
+        for group in groups:
+            self.add_param_group(group)
 
-    def zero_grad(self) -> None:
+    def _check_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Validate a group's options (the subclasses add their own)."""
+        name = type(self).__name__
+        if "lr" in options:
+            options["lr"] = _number(options["lr"], "lr", name)
+        if "weight_decay" in options:
+            options["weight_decay"] = _number(options["weight_decay"], "weight_decay", name)
+        return options
+
+    def add_param_group(self, group: dict[str, Any]) -> None:
+        name = type(self).__name__
+        if not isinstance(group, dict) or "params" not in group:
+            raise TypeError(f"{name}: a parameter group is a dict with a 'params' list, got {group!r:.80}")
+        params = [group["params"]] if isinstance(group["params"], Tensor) else list(group["params"])
+        unknown = set(group) - set(self.defaults) - {"params"}
+        if unknown:
+            raise ValueError(f"{name}: unknown option(s) {sorted(unknown)} in a parameter group; "
+                             f"options are {sorted(self.defaults)}")
+        for p in params:
+            if not isinstance(p, Tensor) or p.dtype.kind != "f":
+                raise TypeError(f"{name}: parameters must be floating-point tensors, got {p!r:.60}")
+            if any(p is q for q in self.params):
+                raise ValueError(f"{name}: a parameter appears in more than one group (or twice)")
+        options = self._check_options({k: v for k, v in group.items() if k != "params"})
+        self.param_groups.append({"params": params, **self.defaults, **options})
+        for p in params:
+            self.params.append(p)
+            self.state_arrays().append({n: np.zeros_like(p.data) for n in self.state_names} | {"step": 0})
+
+    def state_arrays(self) -> list[dict[str, Any]]:
+        if not hasattr(self, "_state"):
+            self._state: list[dict[str, Any]] = []
+        return self._state
+
+    @property
+    def lr(self) -> float:
+        """The first group's learning rate; setting it sets every group's."""
+        return self.param_groups[0]["lr"]
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        value = _number(value, "lr", type(self).__name__)
+        for group in self.param_groups:
+            group["lr"] = value
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
-            p.grad = None
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad.data[...] = 0
 
     def step(self) -> None:
-        self.step_count += 1
-        for i, p in enumerate(self.params):
-            if p.grad is not None:
-                self.update(i, p.data, p.grad.data)
+        i = 0
+        for group in self.param_groups:
+            self._check_options({k: v for k, v in group.items() if k != "params"})  # a schedule may have set them
+            for p in group["params"]:
+                state = self._state[i]
+                if p.grad is not None:
+                    state["step"] += 1
+                    self.update(state, p.data, p.grad.data, group)
+                i += 1
 
-    def update(self, i: int, param: np.ndarray, grad: np.ndarray) -> None:
+    def update(self, state: dict[str, Any], param: np.ndarray, grad: np.ndarray, group: dict[str, Any]) -> None:
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        state = {"step": np.asarray(self.step_count), "lr": np.asarray(self.lr)}
-        for name, arrays in self.state.items():
-            state.update({f"{name}.{i}": a.copy() for i, a in enumerate(arrays)})
+        """Flat arrays: "state.{i}.{name}" per parameter (in group order) and "group.{g}.{option}" per group."""
+        state: dict[str, np.ndarray] = {}
+        for i, s in enumerate(self._state):
+            state.update({f"state.{i}.{name}": np.array(value, copy=True) for name, value in s.items()})
+        for g, group in enumerate(self.param_groups):
+            state[f"group.{g}.size"] = np.asarray(len(group["params"]))
+            state.update({f"group.{g}.{k}": np.asarray(v) for k, v in group.items() if k != "params"})
         return state
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        self.step_count, self.lr = int(state["step"]), float(state["lr"])
-        for name, arrays in self.state.items():
-            for i, a in enumerate(arrays):
-                value = np.asarray(state[f"{name}.{i}"])
-                if value.shape != a.shape:
-                    raise ValueError(f"load_state_dict: {name}.{i} has shape {value.shape}, expected {a.shape}")
-                a[...] = value
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what `state_dict` returned; everything is checked before anything is assigned."""
+        name = type(self).__name__
+        if not isinstance(state, dict):
+            raise TypeError(f"{name}.load_state_dict: expected a dict of arrays, got {type(state).__name__}")
+        expected = self.state_dict()
+        missing = sorted(set(expected) - set(state))
+        if missing:
+            raise KeyError(f"{name}.load_state_dict: missing keys {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        values = {}
+        for key, current in expected.items():
+            value = np.asarray(state[key])
+            if value.shape != current.shape:
+                raise ValueError(f"{name}.load_state_dict: {key} has shape {value.shape}, expected {current.shape}")
+            if key.endswith(".size") and int(value) != int(current):
+                raise ValueError(f"{name}.load_state_dict: {key} is {int(value)}, this optimizer's group has "
+                                 f"{int(current)} parameters")
+            values[key] = value
+        groups = [{k: (values[f"group.{g}.{k}"].tolist() if k != "params" else v) for k, v in group.items()}
+                  for g, group in enumerate(self.param_groups)]
+        for group in groups:
+            if "betas" in group:
+                group["betas"] = tuple(group["betas"])
+            self._check_options({k: v for k, v in group.items() if k != "params"})
+        for i, s in enumerate(self._state):
+            for key in s:
+                value = values[f"state.{i}.{key}"]
+                if key == "step":
+                    s[key] = int(value)
+                else:
+                    s[key][...] = value
+        for group, restored in zip(self.param_groups, groups):
+            group.update(restored)
 
 
 class SGD(Optimizer):
@@ -65,23 +180,30 @@ class SGD(Optimizer):
 
     state_names = ("momentum_buffer",)
 
-    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False):
-        super().__init__(params, lr)
-        if nesterov and momentum <= 0:
-            raise ValueError("SGD: nesterov momentum needs momentum > 0")
-        self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, weight_decay: float = 0.0,
+                 nesterov: bool = False):
+        super().__init__(params, {"lr": lr, "momentum": momentum, "weight_decay": weight_decay, "nesterov": nesterov})
 
-    def update(self, i, param, grad):
-        g = grad + self.weight_decay * param if self.weight_decay else grad
-        if self.momentum:
-            buf = self.state["momentum_buffer"][i]
-            if self.step_count == 1:
+    def _check_options(self, options):
+        options = super()._check_options(options)
+        if "momentum" in options:
+            options["momentum"] = _number(options["momentum"], "momentum", "SGD")
+        if options.get("nesterov") and options.get("momentum", getattr(self, "defaults", {}).get("momentum", 0)) <= 0:
+            raise ValueError("SGD: nesterov momentum needs momentum > 0")
+        return options
+
+    def update(self, state, param, grad, group):
+        wd, mu = group["weight_decay"], group["momentum"]
+        g = grad + wd * param if wd else grad
+        if mu:
+            buf = state["momentum_buffer"]
+            if state["step"] == 1:
                 buf[...] = g  # the first step fills the buffer, as in PyTorch
             else:
-                buf *= self.momentum
+                buf *= mu
                 buf += g
-            g = g + self.momentum * buf if self.nesterov else buf
-        param -= self.lr * g
+            g = g + mu * buf if group["nesterov"] else buf
+        param -= group["lr"] * g
 
 
 class Adam(Optimizer):
@@ -96,17 +218,28 @@ class Adam(Optimizer):
     decoupled = False
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
-        super().__init__(params, lr)
-        self.betas, self.eps, self.weight_decay = betas, eps, weight_decay
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
 
-    def update(self, i, param, grad):
-        m, v = self.state["exp_avg"][i], self.state["exp_avg_sq"][i]
-        if not (param.flags.c_contiguous and grad.flags.c_contiguous):
-            grad = np.ascontiguousarray(grad)
-            if not param.flags.c_contiguous:
-                raise ValueError("Adam: parameters must be C-contiguous arrays")
-        adam_update(param.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1), self.lr, self.betas[0],
-                    self.betas[1], self.eps, self.step_count, self.weight_decay, self.decoupled)
+    def _check_options(self, options):
+        name = type(self).__name__
+        options = super()._check_options(options)
+        if "betas" in options:
+            betas = options["betas"]
+            if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+                raise TypeError(f"{name}: betas must be a pair of numbers, got {betas!r}")
+            options["betas"] = tuple(_number(b, f"betas[{i}]", name, 0.0, 1.0, high_open=True)
+                                     for i, b in enumerate(betas))
+        if "eps" in options:
+            options["eps"] = _number(options["eps"], "eps", name)
+        return options
+
+    def update(self, state, param, grad, group):
+        if not param.flags.c_contiguous:
+            raise ValueError(f"{type(self).__name__}: parameters must be C-contiguous arrays")
+        grad = np.ascontiguousarray(grad)
+        (b1, b2), m, v = group["betas"], state["exp_avg"], state["exp_avg_sq"]
+        adam_update(param.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1), group["lr"], b1, b2,
+                    group["eps"], state["step"], group["weight_decay"], self.decoupled)
 
 
 class AdamW(Adam):
@@ -118,9 +251,13 @@ class AdamW(Adam):
         super().__init__(params, lr, betas, eps, weight_decay)
 
 
-def clip_grad_norm_(params: Iterable[Tensor], max_norm: float) -> float:
-    """Scale all gradients so that their joint L2 norm is at most max_norm; returns the norm before clipping."""
-    grads = [p.grad.data for p in params if p.grad is not None]
+def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float) -> float:
+    """Scale all gradients so that their joint L2 norm is at most max_norm; returns the norm before clipping.
+    A tensor given twice (a tied weight listed under two names) counts once."""
+    params = [params] if isinstance(params, Tensor) else list(params)
+    max_norm = _number(max_norm, "max_norm", "clip_grad_norm_")
+    unique = list({id(p): p for p in params}.values())
+    grads = [p.grad.data for p in unique if p.grad is not None]
     total = math.sqrt(sum(float(np.dot(g.reshape(-1), g.reshape(-1))) for g in grads))
     scale = max_norm / (total + 1e-6)
     if scale < 1:
@@ -147,3 +284,76 @@ def warmup_cosine(lr: float, warmup_steps: int, total_steps: int, min_lr: float 
         return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * progress))
 
     return schedule
+
+
+# --- learning-rate schedulers, PyTorch's `optim.lr_scheduler` -----------------------------------------
+
+
+class LRScheduler:
+    """Sets each group's "lr" from its initial lr and the epoch count (steps, for a per-step schedule).
+
+    Call `step()` after `optimizer.step()`, as in PyTorch; `last_epoch` counts the calls, and the
+    lr in force after k calls is `get_lr()` at epoch k.
+    """
+
+    def __init__(self, optimizer: Optimizer, last_epoch: int = -1):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(self).__name__}: expected an Optimizer, got {type(optimizer).__name__}")
+        self.optimizer = optimizer
+        for group in optimizer.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+        self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        self.last_epoch = last_epoch
+        self.step()
+
+    def get_lr(self) -> list[float]:
+        raise NotImplementedError
+
+    def step(self) -> None:
+        self.last_epoch += 1
+        for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
+            group["lr"] = lr
+
+    def get_last_lr(self) -> list[float]:
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {"last_epoch": np.asarray(self.last_epoch), "base_lrs": np.asarray(self.base_lrs)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.last_epoch = int(state["last_epoch"])
+        self.base_lrs = [float(x) for x in np.asarray(state["base_lrs"])]
+
+
+class LambdaLR(LRScheduler):
+    """lr = initial lr * lr_lambda(epoch), one function for every group or one per group."""
+
+    def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float] | list, last_epoch: int = -1):
+        n = len(optimizer.param_groups)
+        self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * n
+        if len(self.lr_lambdas) != n:
+            raise ValueError(f"LambdaLR: {len(self.lr_lambdas)} functions for {n} parameter groups")
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        return [base * fn(self.last_epoch) for base, fn in zip(self.base_lrs, self.lr_lambdas)]
+
+
+class CosineAnnealingLR(LRScheduler):
+    """lr = eta_min + (initial lr - eta_min) (1 + cos(pi epoch / T_max)) / 2, PyTorch's closed form."""
+
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1):  # noqa: N803
+        if isinstance(T_max, bool) or not isinstance(T_max, (int, np.integer)) or T_max <= 0:
+            raise ValueError(f"CosineAnnealingLR: T_max must be a positive int, got {T_max!r}")
+        self.T_max, self.eta_min = int(T_max), _number(eta_min, "eta_min", "CosineAnnealingLR")
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        return [self.eta_min + (base - self.eta_min) * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
+                for base in self.base_lrs]
+
+
+class lr_scheduler:  # noqa: N801  (a namespace, so that `optim.lr_scheduler.LambdaLR` reads as in PyTorch)
+    LRScheduler = LRScheduler
+    LambdaLR = LambdaLR
+    CosineAnnealingLR = CosineAnnealingLR

@@ -1,5 +1,6 @@
 """Layers with PyTorch's conventions: Module, Linear, LayerNorm, Embedding, MultiHeadAttention, Transformer blocks."""
 
+from . import init
 from .attention import MultiHeadAttention
 from .layers import (
     GELU,
@@ -12,7 +13,7 @@ from .layers import (
     ReLU,
     sinusoidal_table,
 )
-from .module import Module, ModuleList, Parameter, Sequential
+from .module import Module, ModuleDict, ModuleList, Parameter, Sequential
 from .transformer import (
     CausalLM,
     FeedForward,
@@ -31,7 +32,9 @@ __all__ = [
     "LearnedPositionalEncoding",
     "Linear",
     "Module",
+    "ModuleDict",
     "ModuleList",
+    "init",
     "MultiHeadAttention",
     "Parameter",
     "PositionalEncoding",

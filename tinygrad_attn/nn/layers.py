@@ -104,17 +104,19 @@ class Linear(Module):
 class LayerNorm(Module):
     """Normalise the trailing `normalized_shape` dims to mean 0, variance 1, then scale and shift."""
 
-    def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True):
+    def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True):
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps
         self.weight = Parameter(np.ones(self.normalized_shape, np.float32)) if elementwise_affine else None
-        self.bias = Parameter(np.zeros(self.normalized_shape, np.float32)) if elementwise_affine else None
+        self.bias = Parameter(np.zeros(self.normalized_shape, np.float32)) if elementwise_affine and bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}, "
+                f"bias={self.bias is not None}")
 
 
 def scatter_add_rows(num_rows: int, indices: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -33,54 +33,123 @@ class Module:
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
 
+    # --- what a module holds ------------------------------------------------------
     def named_children(self) -> Iterator[tuple[str, Module]]:
         for name, value in vars(self).items():
             if isinstance(value, Module):
                 yield name, value
 
-    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
-        """(dotted name, parameter) pairs, depth first, in the order attributes were set."""
+    def children(self) -> Iterator[Module]:
+        return (m for _, m in self.named_children())
+
+    def _named_members(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+        """Every (dotted name, parameter) pair, a parameter shared by several names under each of them."""
         for name, value in vars(self).items():
             if isinstance(value, Parameter):
                 yield prefix + name, value
             elif isinstance(value, Module):
-                yield from value.named_parameters(prefix + name + ".")
+                yield from value._named_members(prefix + name + ".")
+
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+        """(dotted name, parameter) pairs, depth first in the order attributes were set; a parameter shared
+        by several modules (tied weights) comes once, under its first name, as in PyTorch."""
+        seen: set[int] = set()
+        for name, p in self._named_members(prefix):
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield name, p
 
     def parameters(self) -> list[Parameter]:
         return [p for _, p in self.named_parameters()]
 
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        """(dotted name, module) for this module ("") and every submodule, each module once."""
+        seen: set[int] = set()
+        stack = [(prefix, self)]
+        while stack:
+            name, module = stack.pop(0)
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            yield name, module
+            stack[:0] = [((name + "." if name else "") + n, child) for n, child in module.named_children()]
+
     def modules(self) -> Iterator[Module]:
-        yield self
-        for _, child in self.named_children():
-            yield from child.modules()
+        return (m for _, m in self.named_modules())
+
+    def apply(self, fn: Any) -> Module:
+        """fn(module) on every submodule, children first, then on self (as PyTorch's `apply`); returns self."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    def register_buffer(self, name: str, value: Any, persistent: bool = True) -> None:
+        """A tensor the module keeps that is not a parameter (a mask, running statistics): in `state_dict`
+        and loaded back when persistent, cast by `to`, never given to an optimizer."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"register_buffer: name must be an identifier, got {name!r}")
+        if name in vars(self) and name not in self._buffers():
+            raise KeyError(f"register_buffer: {name!r} is already an attribute of {type(self).__name__}")
+        buffers = dict(self._buffers())
+        buffers[name] = persistent
+        object.__setattr__(self, "_buffer_names", buffers)
+        setattr(self, name, None if value is None else value if isinstance(value, Tensor) else Tensor(value))
+
+    def _buffers(self) -> dict[str, bool]:
+        return vars(self).get("_buffer_names", {})
+
+    def named_buffers(self, prefix: str = "", persistent_only: bool = False) -> Iterator[tuple[str, Tensor]]:
+        for name, persistent in self._buffers().items():
+            value = getattr(self, name)
+            if value is not None and (persistent or not persistent_only):
+                yield prefix + name, value
+        for child_name, child in self.named_children():
+            yield from child.named_buffers(prefix + child_name + ".", persistent_only)
+
+    def buffers(self) -> list[Tensor]:
+        return [b for _, b in self.named_buffers()]
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    # --- state ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Parameter name -> a copy of its array."""
-        return {name: p.data.copy() for name, p in self.named_parameters()}
+        """Every parameter name (both names of a tied weight, as PyTorch) and persistent buffer -> a copy."""
+        state = {name: p.data.copy() for name, p in self._named_members()}
+        state.update({name: b.data.copy() for name, b in self.named_buffers(persistent_only=True)})
+        return state
 
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
-        """Copy arrays into the existing parameters, cast to each parameter's dtype.
+        """Copy arrays into the existing parameters and buffers, cast to each one's dtype.
 
-        Missing or unexpected names raise KeyError (only with strict=True); a
-        wrongly shaped array always raises ValueError naming the key.
+        Everything is checked before anything is assigned, so a load that fails changes nothing: missing
+        or unexpected names raise KeyError (only with strict=True), a wrong shape or a dtype that is not a
+        real number raises ValueError naming the key. A tied weight gets its value back under either name.
         """
-        params = dict(self.named_parameters())
-        missing = sorted(set(params) - set(state))
-        unexpected = sorted(set(state) - set(params))
+        if not isinstance(state, dict):
+            raise TypeError(f"load_state_dict: expected a dict of arrays, got {type(state).__name__}")
+        targets = dict(self._named_members())
+        targets.update(self.named_buffers(persistent_only=True))
+        missing = sorted(set(targets) - set(state))
+        unexpected = sorted(set(state) - set(targets))
         if strict and (missing or unexpected):
             raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys {unexpected}")
-        for name in params.keys() & state.keys():
-            value = np.asarray(state[name])
-            if value.shape != params[name].shape:
+        values = {}
+        for name in sorted(targets.keys() & state.keys()):
+            value = state[name]
+            value = value.data if isinstance(value, Tensor) else np.asarray(value)
+            if value.dtype.kind not in "fiub":
+                raise ValueError(f"load_state_dict: {name!r} has dtype {value.dtype}; expected real numbers")
+            if value.shape != targets[name].shape:
                 raise ValueError(
-                    f"load_state_dict: {name!r} has shape {value.shape}, the parameter has shape {params[name].shape}"
+                    f"load_state_dict: {name!r} has shape {value.shape}, the model's has shape {targets[name].shape}"
                 )
-        for name in params.keys() & state.keys():
-            np.copyto(params[name].data, np.asarray(state[name]), casting="unsafe")
+            values[name] = value
+        for name, value in values.items():
+            np.copyto(targets[name].data, value, casting="unsafe")
 
+    # --- modes and conversions ----------------------------------------------------------
     def train(self, mode: bool = True) -> Module:
         for m in self.modules():
             m.training = mode
@@ -89,15 +158,32 @@ class Module:
     def eval(self) -> Module:
         return self.train(False)
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop every parameter's gradient (set_to_none=True, PyTorch 2's default) or fill it with zeros."""
         for p in self.parameters():
-            p.grad = None
+            if set_to_none or p.grad is None:
+                p.grad = None
+            else:
+                p.grad.data[...] = 0
 
-    def to(self, dtype: Any) -> Module:
-        """Cast every parameter to `dtype` in place (np.float64 for gradient checks); returns self."""
+    def to(self, dtype_or_device: Any) -> Module:
+        """Cast every float parameter and buffer to a float dtype in place (np.float64 for gradient checks);
+        "cpu" is accepted and changes nothing, any other device is refused. Returns self."""
+        if isinstance(dtype_or_device, str) and dtype_or_device.lower() == "cpu":
+            return self
+        try:
+            dtype = np.dtype(dtype_or_device)
+        except TypeError:
+            dtype = None
+        if dtype is None or dtype.kind != "f":
+            raise ValueError(f"to: {dtype_or_device!r} is neither a float dtype nor 'cpu' "
+                             "(tinygrad_attn runs on the CPU only)")
         for p in self.parameters():
             p.data = p.data.astype(dtype)
             p.grad = None
+        for b in self.buffers():
+            if b.dtype.kind == "f":
+                b.data = b.data.astype(dtype)
         return self
 
     def extra_repr(self) -> str:
@@ -140,3 +226,41 @@ class Sequential(ModuleList):
         for m in self:
             x = m(x)
         return x
+
+
+class ModuleDict(Module):
+    """Modules under string keys, named `key.weight` in parameters and state_dict; insertion order kept."""
+
+    def __init__(self, modules: Any = None):
+        for key, module in dict(modules or {}).items():
+            self[key] = module
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise KeyError(f"ModuleDict: keys must be identifiers, got {key!r}")
+        if not isinstance(module, Module):
+            raise TypeError(f"ModuleDict: {key!r} must be a Module, got {type(module).__name__}")
+        setattr(self, key, module)
+
+    def __getitem__(self, key: str) -> Module:
+        if key not in self:
+            raise KeyError(f"ModuleDict: no module {key!r}; keys are {list(self.keys())}")
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return any(key == name for name, _ in self.named_children())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.named_children())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def keys(self) -> list[str]:
+        return [name for name, _ in self.named_children()]
+
+    def values(self) -> list[Module]:
+        return [m for _, m in self.named_children()]
+
+    def items(self) -> list[tuple[str, Module]]:
+        return list(self.named_children())

@@ -1,0 +1,260 @@
+"""What a port of PyTorch code needs: tied weights counted once, buffers, ModuleDict, apply, to, nn.init,
+parameter groups, schedulers, label smoothing. Closed forms here; PyTorch itself when installed."""
+
+import math
+
+import numpy as np
+import pytest
+
+import tinygrad_attn as ta
+from tinygrad_attn import functional as F
+from tinygrad_attn import nn, optim
+
+
+class Tied(nn.Module):
+    def __init__(self, vocab=7, dim=4):
+        self.wte = nn.Embedding(vocab, dim)
+        self.ln = nn.LayerNorm(dim, bias=False)
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+        self.wte.weight = self.lm_head.weight  # weight tying, nanoGPT's way
+        self.register_buffer("mask", np.tril(np.ones((3, 3), bool)), persistent=False)
+        self.register_buffer("scale", np.ones(dim, np.float32))
+
+    def forward(self, idx):
+        return self.lm_head(self.ln(self.wte(idx)) * self.scale)
+
+
+def test_tied_weight_is_listed_once_and_saved_under_both_names():
+    model = Tied()
+    names = [n for n, _ in model.named_parameters()]
+    assert names == ["wte.weight", "ln.weight"]  # lm_head.weight is the same object: first name wins
+    assert model.num_parameters() == 7 * 4 + 4
+    state = model.state_dict()
+    assert {"wte.weight", "lm_head.weight", "ln.weight", "scale"} == set(state)  # the mask is not persistent
+    state["wte.weight"] = state["wte.weight"] + 1
+    state["lm_head.weight"] = state["wte.weight"]
+    model.load_state_dict(state)
+    assert model.wte.weight is model.lm_head.weight
+    np.testing.assert_array_equal(model.lm_head.weight.data, state["wte.weight"])
+    assert model.ln.bias is None and [b.shape for b in model.buffers()] == [(3, 3), (4,)]
+
+
+def test_tied_weight_is_updated_and_clipped_once():
+    model = Tied()
+    before = model.lm_head.weight.data.copy()
+    logits = model(np.array([[1, 2, 3]]))
+    F.cross_entropy(logits, np.array([[2, 3, 4]])).backward()
+    grad = model.lm_head.weight.grad.data.copy()
+    norm = optim.clip_grad_norm_([p for _, p in model._named_members()], 1e9)  # the tied weight listed twice
+    assert math.isclose(norm, math.sqrt(sum(float((p.grad.data ** 2).sum()) for p in model.parameters())))
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    opt.step()
+    np.testing.assert_allclose(model.lm_head.weight.data, before - 0.1 * grad, rtol=1e-6)
+
+
+def test_load_state_dict_validates_everything_before_assigning():
+    model = Tied()
+    before = {k: v.copy() for k, v in model.state_dict().items()}
+    bad = dict(before)
+    bad["wte.weight"] = before["wte.weight"] + 1
+    bad["scale"] = np.ones(5)  # wrong shape, checked after wte.weight in order
+    with pytest.raises(ValueError, match=r"'scale' has shape \(5,\)"):
+        model.load_state_dict(bad)
+    for key, value in model.state_dict().items():
+        np.testing.assert_array_equal(value, before[key])
+    with pytest.raises(ValueError, match="complex"):
+        model.load_state_dict({**before, "scale": before["scale"] + 0j})
+
+
+def test_module_dict_apply_named_modules_to_and_zero_grad():
+    blocks = nn.ModuleDict({"a": nn.Linear(2, 3), "b": nn.LayerNorm(3)})
+    assert list(blocks) == ["a", "b"] and "a" in blocks and len(blocks) == 2
+    assert [n for n, _ in blocks.named_parameters()] == ["a.weight", "a.bias", "b.weight", "b.bias"]
+    with pytest.raises(KeyError, match="no module 'c'"):
+        blocks["c"]
+    seen = []
+    blocks.apply(lambda m: seen.append(type(m).__name__))
+    assert seen == ["Linear", "LayerNorm", "ModuleDict"]
+    assert [n for n, _ in blocks.named_modules()] == ["", "a", "b"]
+    blocks.apply(lambda m: nn.init.zeros_(m.bias) if isinstance(m, nn.Linear) else None)
+    assert np.all(blocks["a"].bias.data == 0)
+    assert blocks.to("cpu") is blocks and blocks.to(np.float64)["a"].weight.dtype == np.float64
+    with pytest.raises(ValueError, match="CPU only"):
+        blocks.to("cuda")
+    out = blocks["b"](blocks["a"](ta.ones(1, 2, dtype=np.float64)))
+    out.sum().backward()
+    blocks.zero_grad(set_to_none=False)
+    assert np.all(blocks["a"].weight.grad.data == 0)
+    blocks.zero_grad()
+    assert blocks["a"].weight.grad is None
+
+
+def test_init_functions_draw_from_the_seeded_generator_with_pytorch_bounds():
+    w = nn.Parameter(np.zeros((300, 200), np.float32))
+    ta.manual_seed(1)
+    nn.init.xavier_uniform_(w)
+    bound = math.sqrt(6 / 500)
+    assert np.abs(w.data).max() <= bound and np.abs(w.data).max() > 0.95 * bound
+    first = w.data.copy()
+    ta.manual_seed(1)
+    np.testing.assert_array_equal(nn.init.xavier_uniform_(w).data, first)
+    nn.init.xavier_normal_(w)
+    assert abs(w.data.std() - math.sqrt(2 / 500)) < 0.002
+    nn.init.kaiming_uniform_(w, a=math.sqrt(5))  # nn.Linear's default
+    assert np.abs(w.data).max() <= 1 / math.sqrt(200) + 1e-7
+    nn.init.trunc_normal_(w, std=0.02, a=-0.04, b=0.04)
+    assert np.abs(w.data).max() <= 0.04 and abs(w.data.std() - 0.0176) < 0.001
+    nn.init.normal_(w, 1.0, 0.5)
+    assert abs(w.data.mean() - 1) < 0.01
+    nn.init.constant_(w, 3.0)
+    nn.init.uniform_(w, -1, 1)
+    assert w.data.min() >= -1 and w.data.max() < 1
+    assert np.all(nn.init.ones_(nn.Parameter(np.zeros(3))).data == 1)
+    with pytest.raises(ValueError, match="at least 2 dims"):
+        nn.init.xavier_uniform_(nn.Parameter(np.zeros(3)))
+
+
+def test_param_groups_have_their_own_options_and_round_trip():
+    a, b = ta.tensor([1.0, 2.0], requires_grad=True), ta.tensor([3.0], requires_grad=True)
+    opt = optim.AdamW([{"params": [a], "weight_decay": 0.1}, {"params": [b], "weight_decay": 0.0, "lr": 0.5}], lr=0.01)
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0] and opt.param_groups[1]["lr"] == 0.5
+    a.grad, b.grad = ta.tensor([0.1, -0.2]), ta.tensor([0.3])
+    opt.step()
+    np.testing.assert_allclose(b.data, [3.0 - 0.5], rtol=1e-6)  # Adam's first step moves by lr * sign(g)
+    np.testing.assert_allclose(a.data, np.array([1.0, 2.0]) * (1 - 0.01 * 0.1) - 0.01 * np.array([1, -1]), rtol=1e-5)
+    opt.param_groups[0]["lr"] = 0.02
+    saved = opt.state_dict()
+    other = optim.AdamW([{"params": [ta.tensor([0.0, 0.0], requires_grad=True)], "weight_decay": 0.1},
+                         {"params": [ta.tensor([0.0], requires_grad=True)]}], lr=0.01)
+    other.load_state_dict(saved)
+    assert other.param_groups[0]["lr"] == 0.02 and other.param_groups[1]["lr"] == 0.5
+    np.testing.assert_array_equal(other.state_dict()["state.0.exp_avg"], saved["state.0.exp_avg"])
+    with pytest.raises(ValueError, match="more than one group"):
+        optim.SGD([{"params": [a]}, {"params": [a]}], lr=0.1)
+    with pytest.raises(ValueError, match="unknown option"):
+        optim.SGD([{"params": [a], "betas": (0.9, 0.99)}], lr=0.1)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(lr=float("nan")), "lr must be a finite number"), (dict(lr=-1.0), "lr must be"),
+    (dict(betas=(0.9, 1.0)), r"betas\[1\] must be a finite number in \[0.0, 1.0\)"),
+    (dict(eps=-1e-8), "eps must be"), (dict(weight_decay=-0.1), "weight_decay must be"),
+    (dict(lr="0.1"), "lr must be a number"),
+])
+def test_optimizer_options_pytorch_rejects_are_rejected(bad, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        optim.Adam([ta.tensor([1.0], requires_grad=True)], **bad)
+
+
+def test_optimizer_params_errors():
+    with pytest.raises(TypeError, match="got a Tensor"):
+        optim.SGD(ta.tensor([1.0], requires_grad=True), lr=0.1)
+    with pytest.raises(TypeError, match="pass model.parameters"):
+        optim.SGD(nn.Linear(2, 2), lr=0.1)
+    with pytest.raises(TypeError, match="NoneType"):
+        optim.Adam([None])
+    with pytest.raises(ValueError, match="momentum must be"):
+        optim.SGD([ta.tensor([1.0], requires_grad=True)], lr=0.1, momentum=-0.5)
+
+
+def test_schedulers_follow_pytorch_closed_forms():
+    p = ta.tensor([1.0], requires_grad=True)
+    opt = optim.SGD([p], lr=0.1)
+    sched = optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10, eta_min=0.01)
+    lrs = [opt.param_groups[0]["lr"]]
+    for _ in range(10):
+        opt.step()
+        sched.step()
+        lrs.append(sched.get_last_lr()[0])
+    want = [0.01 + 0.09 * (1 + math.cos(math.pi * t / 10)) / 2 for t in range(11)]
+    np.testing.assert_allclose(lrs, want)
+    opt2 = optim.SGD([ta.tensor([1.0], requires_grad=True)], lr=0.2)
+    warm = optim.lr_scheduler.LambdaLR(opt2, lambda step: min(1.0, (step + 1) / 4))
+    seen = []
+    for _ in range(5):
+        seen.append(opt2.lr)
+        warm.step()
+    np.testing.assert_allclose(seen, [0.05, 0.1, 0.15, 0.2, 0.2])
+
+
+def test_label_smoothing_closed_form_and_gradcheck():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(5, 4))
+    t = np.array([0, 3, -100, 1, 2])
+    got = F.cross_entropy(ta.Tensor(x), t, label_smoothing=0.2, reduction="none").data
+    logp = x - np.log(np.exp(x).sum(-1, keepdims=True))
+    keep = t != -100
+    want = np.where(keep, 0.8 * -logp[np.arange(5), np.where(keep, t, 0)] + 0.2 * -logp.mean(-1), 0)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert ta.gradcheck(lambda z: F.cross_entropy(z, t, label_smoothing=0.2), [ta.Tensor(x, requires_grad=True)])
+    with pytest.raises(ValueError, match="label_smoothing"):
+        F.cross_entropy(ta.Tensor(x), t, label_smoothing=1.5)
+
+
+@pytest.mark.torch_parity
+def test_tied_model_trains_like_pytorch():
+    """The same tied model, weights, batches, AdamW with decay on 2-D weights only, clipping and a cosine
+    schedule, in both frameworks: the losses agree step after step."""
+    torch = pytest.importorskip("torch")
+    ta.manual_seed(0)
+    ours = Tied()
+    rng = np.random.default_rng(0)
+    batches = [(rng.integers(0, 7, (2, 3)), rng.integers(0, 7, (2, 3))) for _ in range(6)]
+
+    class TorchTied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = torch.nn.Embedding(7, 4)
+            self.ln = torch.nn.LayerNorm(4, bias=False)
+            self.lm_head = torch.nn.Linear(4, 7, bias=False)
+            self.wte.weight = self.lm_head.weight
+            self.register_buffer("scale", torch.ones(4))
+
+        def forward(self, idx):
+            return self.lm_head(self.ln(self.wte(idx)) * self.scale)
+
+    theirs = TorchTied()
+    theirs.load_state_dict({k: torch.tensor(v) for k, v in ours.state_dict().items()})
+    groups = lambda named: [{"params": [p for _, p in named if p.ndim >= 2], "weight_decay": 0.1},  # noqa: E731
+                            {"params": [p for _, p in named if p.ndim < 2], "weight_decay": 0.0}]
+    opt = optim.AdamW(groups(list(ours.named_parameters())), lr=0.05, betas=(0.9, 0.95))
+    topt = torch.optim.AdamW(groups(list(theirs.named_parameters())), lr=0.05, betas=(0.9, 0.95))
+    sched = optim.lr_scheduler.CosineAnnealingLR(opt, T_max=6)
+    tsched = torch.optim.lr_scheduler.CosineAnnealingLR(topt, T_max=6)
+    for x, y in batches:
+        loss = F.cross_entropy(ours(x), y)
+        opt.zero_grad()
+        loss.backward()
+        norm = optim.clip_grad_norm_(ours.parameters(), 0.5)
+        opt.step()
+        sched.step()
+        tloss = torch.nn.functional.cross_entropy(theirs(torch.tensor(x)).reshape(-1, 7), torch.tensor(y).reshape(-1))
+        topt.zero_grad()
+        tloss.backward()
+        tnorm = torch.nn.utils.clip_grad_norm_(theirs.parameters(), 0.5)
+        topt.step()
+        tsched.step()
+        assert math.isclose(float(loss), tloss.item(), rel_tol=1e-5)
+        assert math.isclose(norm, float(tnorm), rel_tol=1e-5)
+    np.testing.assert_allclose(ours.lm_head.weight.data, theirs.lm_head.weight.detach().numpy(), rtol=1e-4,
+                               atol=1e-6)
+
+
+@pytest.mark.torch_parity
+def test_sgd_momentum_groups_match_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    w0, b0 = rng.normal(size=(3, 2)), rng.normal(size=3)
+    ours = [ta.tensor(w0, requires_grad=True), ta.tensor(b0, requires_grad=True)]
+    theirs = [torch.tensor(w0, requires_grad=True), torch.tensor(b0, requires_grad=True)]
+    make = lambda ps, lib: lib.SGD([{"params": [ps[0]], "momentum": 0.9, "nesterov": True},  # noqa: E731
+                                    {"params": [ps[1]], "weight_decay": 0.1}], lr=0.05)
+    opt, topt = make(ours, optim), make(theirs, torch.optim)
+    for _ in range(4):
+        grads = [rng.normal(size=w0.shape), rng.normal(size=b0.shape)]
+        for p, tp, g in zip(ours, theirs, grads):
+            p.grad, tp.grad = ta.tensor(g), torch.tensor(g)
+        opt.step()
+        topt.step()
+    for p, tp in zip(ours, theirs):
+        np.testing.assert_allclose(p.data, tp.detach().numpy(), rtol=1e-12)

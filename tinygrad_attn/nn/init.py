@@ -1,0 +1,105 @@
+"""Weight initialisation with PyTorch's names, in place on a Parameter (or Tensor), from `ta.manual_seed`'s generator.
+
+Fans: a weight (out, in, *kernel) has fan_in = in * prod(kernel) and fan_out = out * prod(kernel); a 1-D
+tensor has fan_in = fan_out = its length (PyTorch refuses fans of tensors below 2 dims; so do these).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import rng
+from ..engine import Tensor
+
+_GAINS = {"linear": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0)}
+
+
+def _target(tensor: Tensor, op: str) -> np.ndarray:
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"init.{op}: expected a Tensor or Parameter, got {type(tensor).__name__}")
+    if tensor.dtype.kind != "f":
+        raise TypeError(f"init.{op}: the tensor must be floating point, got {tensor.dtype}")
+    return tensor.data
+
+
+def _fill(tensor: Tensor, values: np.ndarray, op: str) -> Tensor:
+    _target(tensor, op)[...] = values
+    return tensor
+
+
+def _fans(tensor: Tensor, op: str) -> tuple[int, int]:
+    if tensor.ndim < 2:
+        raise ValueError(f"init.{op}: fan in and fan out need a tensor of at least 2 dims, got shape {tensor.shape}")
+    receptive = math.prod(tensor.shape[2:])
+    return tensor.shape[1] * receptive, tensor.shape[0] * receptive
+
+
+def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
+    if nonlinearity == "leaky_relu":
+        slope = 0.01 if param is None else param
+        return math.sqrt(2.0 / (1 + slope**2))
+    if nonlinearity not in _GAINS:
+        raise ValueError(f"calculate_gain: unknown nonlinearity {nonlinearity!r}; choose from "
+                         f"{sorted([*_GAINS, 'leaky_relu'])}")
+    return _GAINS[nonlinearity]
+
+
+def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
+    return _fill(tensor, rng.generator().uniform(a, b, tensor.shape), "uniform_")
+
+
+def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
+    if std < 0:
+        raise ValueError(f"init.normal_: std must be >= 0, got {std}")
+    return _fill(tensor, rng.generator().normal(mean, std, tensor.shape), "normal_")
+
+
+def constant_(tensor: Tensor, val: float) -> Tensor:
+    return _fill(tensor, val, "constant_")
+
+
+def zeros_(tensor: Tensor) -> Tensor:
+    return _fill(tensor, 0.0, "zeros_")
+
+
+def ones_(tensor: Tensor) -> Tensor:
+    return _fill(tensor, 1.0, "ones_")
+
+
+def xavier_uniform_(tensor: Tensor, gain: float = 1.0) -> Tensor:
+    fan_in, fan_out = _fans(tensor, "xavier_uniform_")
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return uniform_(tensor, -bound, bound)
+
+
+def xavier_normal_(tensor: Tensor, gain: float = 1.0) -> Tensor:
+    fan_in, fan_out = _fans(tensor, "xavier_normal_")
+    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+
+
+def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu") -> Tensor:
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f'init.kaiming_uniform_: mode must be "fan_in" or "fan_out", got {mode!r}')
+    fan_in, fan_out = _fans(tensor, "kaiming_uniform_")
+    fan = fan_in if mode == "fan_in" else fan_out
+    bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / fan) if fan else 0.0
+    return uniform_(tensor, -bound, bound)
+
+
+def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0) -> Tensor:
+    """N(mean, std) restricted to [a, b] (absolute bounds, as PyTorch), drawn by resampling what falls outside."""
+    if std <= 0 or not a < b:
+        raise ValueError(f"init.trunc_normal_: need std > 0 and a < b, got std={std}, a={a}, b={b}")
+    generator = rng.generator()
+    values = generator.normal(mean, std, tensor.shape)
+    outside = (values < a) | (values > b)
+    while outside.any():
+        values[outside] = generator.normal(mean, std, int(outside.sum()))
+        outside = (values < a) | (values > b)
+    return _fill(tensor, values, "trunc_normal_")
+
+
+__all__ = ["calculate_gain", "constant_", "kaiming_uniform_", "normal_", "ones_", "trunc_normal_", "uniform_",
+           "xavier_normal_", "xavier_uniform_", "zeros_"]
