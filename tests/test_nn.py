@@ -96,7 +96,7 @@ def test_positional_encodings():
     np.testing.assert_allclose(nn.PositionalEncoding(6, 10)(x).data[1], table[:4])
     learned = double(nn.LearnedPositionalEncoding(6, 10))
     assert check_module(learned, [ta.Tensor(np.random.default_rng(0).normal(size=(2, 4, 6)), requires_grad=True)])
-    with pytest.raises(ValueError, match="exceeds max_len 3"):
+    with pytest.raises(ValueError, match="positions up to 4 exceed max_len 3"):
         nn.PositionalEncoding(6, 3)(x)
 
 

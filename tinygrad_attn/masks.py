@@ -9,12 +9,19 @@ import numpy as np
 from .engine import Tensor
 
 
-def causal_mask(tq: int, tk: int | None = None) -> Tensor:
-    """(Tq, Tk) lower-triangular bool mask: query i may attend keys 0..i (aligned to the upper left)."""
+def causal_mask(tq: int, tk: int | None = None, offset: int = 0) -> Tensor:
+    """(Tq, Tk) lower-triangular bool mask: query i may attend keys 0..i + offset.
+
+    offset 0 aligns it to the upper left (PyTorch's is_causal); with a key/value cache holding P earlier
+    positions, the Tq new queries sit at positions P..P+Tq-1 and take offset = P.
+    """
     tk = tq if tk is None else tk
+    for name, n in (("Tq", tq), ("Tk", tk), ("offset", offset)):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"causal_mask: {name} must be an int, got {n!r}")
     if tq < 0 or tk < 0:
         raise ValueError(f"causal_mask: sizes must be non-negative, got Tq={tq}, Tk={tk}")
-    return Tensor(np.tri(tq, tk, dtype=np.bool_))
+    return Tensor(np.tri(tq, tk, offset, dtype=np.bool_))
 
 
 def padding_mask(lengths: Any, t: int) -> Tensor:

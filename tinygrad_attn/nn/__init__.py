@@ -1,7 +1,7 @@
 """Layers with PyTorch's conventions: Module, Linear, LayerNorm, Embedding, MultiHeadAttention, Transformer blocks."""
 
 from . import init
-from .attention import MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention
 from .layers import (
     GELU,
     Dropout,
@@ -32,6 +32,7 @@ __all__ = [
     "LearnedPositionalEncoding",
     "Linear",
     "Module",
+    "KVCache",
     "ModuleDict",
     "ModuleList",
     "init",

@@ -8,10 +8,54 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .. import functional as F
 from ..engine import Tensor
+from ..masks import causal_mask
 from .layers import Linear, PackedLinearFunction
 from .module import Module
+
+
+class KVCache:
+    """Keys and values already computed, per attention module, for generating one token at a time.
+
+    Self-attention appends each new position's k and v (B, H, T, d) and attends over all of them;
+    cross-attention computes its keys and values from the encoder's memory once. `length` counts the
+    positions the model has fed through so far (the model advances it). Holds arrays, not graphs:
+    generation runs without gradients.
+    """
+
+    def __init__(self) -> None:
+        self.length = 0
+        self._store: dict[int, list] = {}
+
+    def extend(self, module: Module, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append k, v (B, H, T, d) for `module`; returns all its keys and values so far (B, H, P + T, d)."""
+        entry = self._store.get(id(module))
+        if entry is None:
+            capacity = max(16, 2 * k.shape[2])
+            entry = [np.empty(k.shape[:2] + (capacity, k.shape[3]), k.dtype),
+                     np.empty(v.shape[:2] + (capacity, v.shape[3]), v.dtype), 0]
+            self._store[id(module)] = entry
+        keys, values, n = entry
+        if n + k.shape[2] > keys.shape[2]:  # grow by doubling: appending stays linear in total
+            capacity = 2 * (n + k.shape[2])
+            grown = [np.empty(a.shape[:2] + (capacity, a.shape[3]), a.dtype) for a in (keys, values)]
+            grown[0][:, :, :n], grown[1][:, :, :n] = keys[:, :, :n], values[:, :, :n]
+            keys, values = grown
+        keys[:, :, n : n + k.shape[2]] = k.data
+        values[:, :, n : n + v.shape[2]] = v.data
+        entry[:] = [keys, values, n + k.shape[2]]
+        return Tensor(keys[:, :, : entry[2]]), Tensor(values[:, :, : entry[2]])
+
+    def constant(self, module: Module, compute) -> tuple[Tensor, Tensor]:
+        """Keys and values that do not grow (cross-attention's, from the memory): computed on first use."""
+        if id(module) not in self._store:
+            k, v = compute()
+            self._store[id(module)] = [k.data, v.data, k.shape[2]]
+        keys, values, _ = self._store[id(module)]
+        return Tensor(keys), Tensor(values)
 
 
 class MultiHeadAttention(Module):
@@ -69,7 +113,12 @@ class MultiHeadAttention(Module):
         is_causal: bool = False,
         need_weights: bool = True,
         average_attn_weights: bool = False,
+        kv_cache: KVCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
+        """`kv_cache` (generation): keys and values of earlier positions come from the cache, and
+        is_causal then places the queries after them (query i sees keys 0..P + i)."""
+        if kv_cache is not None:
+            return self._forward_cached(query, key, value, mask, is_causal, need_weights, kv_cache)
         key = query if key is None else key
         value = key if value is None else value
         self_attention = key is query and value is query
@@ -102,6 +151,27 @@ class MultiHeadAttention(Module):
             weights = None if weights is None else weights.squeeze(0)
         return out, weights
 
+    def _forward_cached(self, query, key, value, mask, is_causal, need_weights, cache):
+        self_attention = key is None or key is query
+        if query.ndim != 3 or query.shape[-1] != self.embed_dim:
+            raise ValueError(f"MultiHeadAttention: query must be (B, T, {self.embed_dim}) with a kv_cache, "
+                             f"got {query.shape}")
+        b, tq, e = query.shape
+        q = self._split_heads(self.q_proj(query))  # (B, H, Tq, d)
+        if self_attention:
+            k, v = cache.extend(self, self._split_heads(self.k_proj(query)), self._split_heads(self.v_proj(query)))
+        else:
+            value = key if value is None else value
+            k, v = cache.constant(self, lambda: (self._split_heads(self.k_proj(key)),
+                                                 self._split_heads(self.v_proj(value))))  # (B, H, Tk, d)
+        past = k.shape[2] - tq if self_attention else 0  # positions before this call's queries
+        if is_causal:
+            future = ~causal_mask(tq, k.shape[2], offset=past).data  # (Tq, P + Tq)
+            mask = _hide(mask, future)
+        out, weights = (F.scaled_dot_product_attention(q, k, v, mask=mask, return_weights=True) if need_weights
+                        else (F.scaled_dot_product_attention(q, k, v, mask=mask), None))  # (B, H, Tq, d)
+        return self.out_proj(out.transpose(1, 2).reshape(b, tq, e)), weights
+
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
         for name, t, width in (("query", query, self.embed_dim), ("key", key, self.kdim), ("value", value, self.vdim)):
             if t.ndim != 3 or t.shape[-1] != width:
@@ -114,3 +184,13 @@ class MultiHeadAttention(Module):
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
+
+
+def _hide(mask, hidden: np.ndarray):
+    """`mask` (bool: True may attend; float: added) with the entries where `hidden` is True taken away."""
+    if mask is None:
+        return ~hidden
+    mask = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+    if mask.dtype == np.bool_:
+        return mask & ~hidden
+    return np.where(hidden, -np.inf, mask).astype(mask.dtype)

@@ -214,11 +214,12 @@ class PositionalEncoding(Module):
         self.dim, self.max_len = dim, max_len
         self.table = sinusoidal_table(max_len, dim)  # a constant, not a parameter
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x + the encodings of positions offset..offset+T-1 (offset: positions already in a KV cache)."""
         t = x.shape[-2]
-        if t > self.max_len:
-            raise ValueError(f"PositionalEncoding: sequence length {t} exceeds max_len {self.max_len}")
-        return x + Tensor(self.table[:t].astype(x.dtype))
+        if offset + t > self.max_len:
+            raise ValueError(f"PositionalEncoding: positions up to {offset + t} exceed max_len {self.max_len}")
+        return x + Tensor(self.table[offset : offset + t].astype(x.dtype))
 
     def extra_repr(self) -> str:
         return f"{self.dim}, max_len={self.max_len}"
@@ -231,8 +232,9 @@ class LearnedPositionalEncoding(Module):
         self.max_len = max_len
         self.embedding = Embedding(max_len, dim)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x + the learned vectors of positions offset..offset+T-1 (offset: positions already in a KV cache)."""
         t = x.shape[-2]
-        if t > self.max_len:
-            raise ValueError(f"LearnedPositionalEncoding: sequence length {t} exceeds max_len {self.max_len}")
-        return x + self.embedding(np.arange(t))
+        if offset + t > self.max_len:
+            raise ValueError(f"LearnedPositionalEncoding: positions up to {offset + t} exceed max_len {self.max_len}")
+        return x + self.embedding(np.arange(offset, offset + t))

@@ -10,8 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import Tensor
-from .attention import MultiHeadAttention
+from .. import rng
+from ..engine import Tensor, no_grad
+from .attention import KVCache, MultiHeadAttention
 from .layers import GELU, Dropout, Embedding, LayerNorm, LearnedPositionalEncoding, Linear, ReLU
 from .module import Module, ModuleList
 
@@ -54,15 +55,17 @@ class TransformerEncoderLayer(Module):
         self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
         self.attn_weights: Tensor | None = None
 
-    def _attend(self, x: Tensor, mask: Any, is_causal: bool, need_weights: bool) -> Tensor:
-        out, self.attn_weights = self.self_attn(x, mask=mask, is_causal=is_causal, need_weights=need_weights)
+    def _attend(self, x: Tensor, mask: Any, is_causal: bool, need_weights: bool, kv_cache: Any) -> Tensor:
+        out, self.attn_weights = self.self_attn(x, mask=mask, is_causal=is_causal, need_weights=need_weights,
+                                                kv_cache=kv_cache)
         return self.dropout1(out)
 
-    def forward(self, x: Tensor, mask: Any = None, is_causal: bool = False, need_weights: bool = False) -> Tensor:
+    def forward(self, x: Tensor, mask: Any = None, is_causal: bool = False, need_weights: bool = False,
+                kv_cache: Any = None) -> Tensor:
         if self.norm_first:
-            x = x + self._attend(self.norm1(x), mask, is_causal, need_weights)  # (B, T, E)
+            x = x + self._attend(self.norm1(x), mask, is_causal, need_weights, kv_cache)  # (B, T, E)
             return x + self.dropout2(self.ff(self.norm2(x)))
-        x = self.norm1(x + self._attend(x, mask, is_causal, need_weights))
+        x = self.norm1(x + self._attend(x, mask, is_causal, need_weights, kv_cache))
         return self.norm2(x + self.dropout2(self.ff(x)))
 
 
@@ -91,21 +94,23 @@ class TransformerDecoderLayer(Module):
         self.self_attn_weights: Tensor | None = None
         self.cross_attn_weights: Tensor | None = None
 
-    def _self_block(self, x: Tensor, need_weights: bool) -> Tensor:
-        out, self.self_attn_weights = self.self_attn(x, is_causal=True, need_weights=need_weights)
+    def _self_block(self, x: Tensor, need_weights: bool, kv_cache: Any) -> Tensor:
+        out, self.self_attn_weights = self.self_attn(x, is_causal=True, need_weights=need_weights, kv_cache=kv_cache)
         return self.dropout1(out)
 
-    def _cross_block(self, x: Tensor, memory: Tensor, memory_mask: Any, need_weights: bool) -> Tensor:
-        out, self.cross_attn_weights = self.cross_attn(x, memory, mask=memory_mask, need_weights=need_weights)
+    def _cross_block(self, x: Tensor, memory: Tensor, memory_mask: Any, need_weights: bool, kv_cache: Any) -> Tensor:
+        out, self.cross_attn_weights = self.cross_attn(x, memory, mask=memory_mask, need_weights=need_weights,
+                                                       kv_cache=kv_cache)
         return self.dropout2(out)  # queries from the target (B, Tt, E), keys/values from the source (B, Ts, E)
 
-    def forward(self, x: Tensor, memory: Tensor, memory_mask: Any = None, need_weights: bool = False) -> Tensor:
+    def forward(self, x: Tensor, memory: Tensor, memory_mask: Any = None, need_weights: bool = False,
+                kv_cache: Any = None) -> Tensor:
         if self.norm_first:
-            x = x + self._self_block(self.norm1(x), need_weights)
-            x = x + self._cross_block(self.norm2(x), memory, memory_mask, need_weights)
+            x = x + self._self_block(self.norm1(x), need_weights, kv_cache)
+            x = x + self._cross_block(self.norm2(x), memory, memory_mask, need_weights, kv_cache)
             return x + self.dropout3(self.ff(self.norm3(x)))
-        x = self.norm1(x + self._self_block(x, need_weights))
-        x = self.norm2(x + self._cross_block(x, memory, memory_mask, need_weights))
+        x = self.norm1(x + self._self_block(x, need_weights, kv_cache))
+        x = self.norm2(x + self._cross_block(x, memory, memory_mask, need_weights, kv_cache))
         return self.norm3(x + self.dropout3(self.ff(x)))
 
 
@@ -133,14 +138,43 @@ class CausalLM(Module):
         self.norm = LayerNorm(d_model)
         self.head = Linear(d_model, vocab_size)
 
-    def forward(self, tokens: Any, return_attention: bool = False) -> Any:
-        x = self.position(self.embed(tokens))  # (B, T, E)
+    def forward(self, tokens: Any, return_attention: bool = False, kv_cache: KVCache | None = None) -> Any:
+        """Logits (B, T, vocab). With a `kv_cache`, `tokens` continue the positions it holds."""
+        offset = 0 if kv_cache is None else kv_cache.length
+        x = self.position(self.embed(tokens), offset)  # (B, T, E)
         for layer in self.layers:
-            x = layer(x, is_causal=True, need_weights=return_attention)
+            x = layer(x, is_causal=True, need_weights=return_attention, kv_cache=kv_cache)
+        if kv_cache is not None:
+            kv_cache.length += x.shape[1]
         logits = self.head(self.norm(x))  # (B, T, vocab)
         if return_attention:
             return logits, [layer.attn_weights for layer in self.layers]  # each (B, H, T, T)
         return logits
+
+    @no_grad()
+    def generate(self, tokens: Any, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 use_cache: bool = True) -> np.ndarray:
+        """The prompt (B, T) followed by max_new_tokens sampled tokens, (B, T + max_new_tokens), int64.
+
+        Each step samples from softmax(logits / temperature) over the top_k most likely tokens (all
+        when None), from `ta.manual_seed`'s generator; top_k=1 is greedy. With the cache, each new token
+        attends to the cached keys and values instead of running the prefix again; past `max_len`
+        positions the context is cut to the last max_len tokens, as without a cache.
+        """
+        tokens = _check_generation(tokens, max_new_tokens, temperature, top_k, self.config["vocab_size"])
+        max_len = self.config["max_len"]
+        cache = KVCache() if use_cache else None
+        logits = self(tokens[:, -max_len:], kv_cache=cache).data[:, -1]  # (B, vocab)
+        for step in range(max_new_tokens):
+            tokens = np.concatenate([tokens, sample_next(logits, temperature, top_k)], axis=1)
+            if step == max_new_tokens - 1:
+                break
+            if cache is not None and cache.length < max_len:
+                logits = self(tokens[:, -1:], kv_cache=cache).data[:, -1]  # one new position
+            else:  # no cache, or the window is full: run the last max_len tokens again
+                cache = KVCache() if use_cache else None
+                logits = self(tokens[:, -max_len:], kv_cache=cache).data[:, -1]
+        return tokens
 
 
 class Seq2SeqTransformer(Module):
@@ -200,6 +234,42 @@ class Seq2SeqTransformer(Module):
             x = layer(x, memory, memory_mask=mask, need_weights=need_weights)
         return self.head(self.decoder_norm(x))  # (B, Tt, vocab)
 
+    @no_grad()
+    def generate(self, src: Any, max_new_tokens: int, bos: int, eos: int | None = None, src_lengths: Any = None,
+                 temperature: float = 1.0, top_k: int | None = None, use_cache: bool = True) -> np.ndarray:
+        """Target tokens (B, 1 + n) starting with `bos`: the encoder runs once, then each step decodes one
+        token from the cached self-attention keys and values and the cross-attention's (computed from
+        the memory once). Stops after max_new_tokens, or once every row has produced `eos`; a row that
+        has ends with eos from then on. top_k=1 is greedy decoding."""
+        src = _check_generation(src, max_new_tokens, temperature, top_k, self.config["src_vocab"])
+        memory = self.encode(src, src_lengths)  # (B, Ts, E), once
+        mask = self.source_mask(src_lengths, memory.shape[1])
+        tokens = np.full((src.shape[0], 1), bos, dtype=np.int64)
+        cache = KVCache() if use_cache else None
+        done = np.zeros(src.shape[0], bool)
+        for _ in range(max_new_tokens):
+            if cache is not None and cache.length < self.config["max_len"]:
+                logits = self._decode_cached(tokens[:, cache.length:], memory, mask, cache).data[:, -1]
+            else:
+                logits = self.decode(tokens[:, -self.config["max_len"]:], memory, src_lengths).data[:, -1]
+            following = sample_next(logits, temperature, top_k)
+            if eos is not None:
+                following[done, 0] = eos
+                done |= following[:, 0] == eos
+            tokens = np.concatenate([tokens, following], axis=1)
+            if eos is not None and done.all():
+                break
+        return tokens
+
+    translate = generate
+
+    def _decode_cached(self, tgt: np.ndarray, memory: Tensor, mask: Any, cache: KVCache) -> Tensor:
+        x = self.tgt_position(self.tgt_embed(tgt), cache.length)  # (B, Tnew, E)
+        for layer in self.decoder:
+            x = layer(x, memory, memory_mask=mask, kv_cache=cache)
+        cache.length += tgt.shape[1]
+        return self.head(self.decoder_norm(x))  # (B, Tnew, vocab)
+
     def forward(self, src: Any, tgt: Any, src_lengths: Any = None, return_attention: bool = False) -> Any:
         memory = self.encode(src, src_lengths, return_attention)
         logits = self.decode(tgt, memory, src_lengths, return_attention)
@@ -210,3 +280,36 @@ class Seq2SeqTransformer(Module):
                 "cross": [layer.cross_attn_weights for layer in self.decoder],  # (B, H, Tt, Ts)
             }
         return logits
+
+
+def _check_generation(tokens: Any, max_new_tokens: int, temperature: float, top_k: int | None,
+                      vocab: int) -> np.ndarray:
+    tokens = np.asarray(tokens.data if isinstance(tokens, Tensor) else tokens)
+    if tokens.ndim == 1:
+        tokens = tokens[None, :]
+    if tokens.ndim != 2 or tokens.shape[1] == 0 or tokens.dtype.kind not in "iu":
+        raise ValueError(f"generate: tokens must be a non-empty (B, T) integer array, got shape {tokens.shape} "
+                         f"and dtype {tokens.dtype}")
+    if tokens.min() < 0 or tokens.max() >= vocab:
+        raise IndexError(f"generate: tokens must lie in [0, {vocab}), got values from {tokens.min()} to {tokens.max()}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+        raise ValueError(f"generate: max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < np.inf:
+        raise ValueError(f"generate: temperature must be a positive number, got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
+        raise ValueError(f"generate: top_k must be a positive int or None, got {top_k!r}")
+    return tokens.astype(np.int64)
+
+
+def sample_next(logits: np.ndarray, temperature: float, top_k: int | None) -> np.ndarray:
+    """One token per row (B, 1) from softmax(logits / temperature), restricted to the top_k largest logits."""
+    logits = logits.astype(np.float64) / temperature  # (B, vocab)
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = np.sort(logits, axis=-1)[:, -top_k][:, None]
+        logits = np.where(logits < kth, -np.inf, logits)
+    if top_k == 1:
+        return np.argmax(logits, axis=-1)[:, None].astype(np.int64)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    generator = rng.generator()
+    return np.array([[generator.choice(len(p), p=p)] for p in probs], dtype=np.int64)
