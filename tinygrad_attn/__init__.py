@@ -9,7 +9,21 @@
 """
 
 from . import debug, functional, interop, nn, optim, runtime, tasks, viz
-from .creation import arange, full, multinomial, ones, ones_like, rand, randn, tensor, tril, triu, zeros, zeros_like
+from .creation import (
+                       arange,
+                       full,
+                       multinomial,
+                       ones,
+                       ones_like,
+                       rand,
+                       randn,
+                       tensor,
+                       topk,
+                       tril,
+                       triu,
+                       zeros,
+                       zeros_like,
+)
 from .debug import detect_anomaly, trace_backward
 from .engine import Context, Function, Tensor, is_grad_enabled, no_grad
 from .functional import sdpa_kernel
@@ -31,6 +45,7 @@ __all__ = [
     "rand",
     "randn",
     "tensor",
+    "topk",
     "tril",
     "triu",
     "zeros",

@@ -88,6 +88,11 @@ def triu(t: Tensor, diagonal: int = 0) -> Tensor:
     return where(keep, t, 0)
 
 
+def topk(t: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002
+    """torch.topk's function form of `Tensor.topk`."""
+    return t.topk(k, dim, largest, sorted)
+
+
 def multinomial(probs: Any, num_samples: int, replacement: bool = False) -> Tensor:
     """Indices drawn from the rows of `probs` (1-D or 2-D non-negative weights, not necessarily summing to 1),
     from the framework's generator; int64, shape (num_samples,) or (rows, num_samples)."""
@@ -110,5 +115,5 @@ def multinomial(probs: Any, num_samples: int, replacement: bool = False) -> Tens
     return Tensor(out.reshape(p.shape[:-1] + (num_samples,)).astype(np.int64))
 
 
-__all__ = ["arange", "full", "multinomial", "ones", "ones_like", "rand", "randn", "tensor", "tril", "triu", "zeros",
-           "zeros_like"]
+__all__ = ["arange", "full", "multinomial", "ones", "ones_like", "rand", "randn", "tensor", "topk", "tril", "triu",
+           "zeros", "zeros_like"]

@@ -1,6 +1,6 @@
 """Layers with PyTorch's conventions: Module, Linear, LayerNorm, Embedding, MultiHeadAttention, Transformer blocks."""
 
-from . import init
+from . import init, utils
 from .attention import KVCache, MultiHeadAttention
 from .layers import (
     GELU,
@@ -36,6 +36,7 @@ __all__ = [
     "ModuleDict",
     "ModuleList",
     "init",
+    "utils",
     "MultiHeadAttention",
     "Parameter",
     "PositionalEncoding",
