@@ -35,7 +35,6 @@ def time_ours(model, prompt, n, use_cache):
 
 def time_torch(model, prompt, n, max_len):
     import torch
-
     from train_vs_torch import torch_model
 
     twin = torch_model(None, model).eval()
