@@ -199,6 +199,12 @@ def run_backward(root: Tensor, grad: np.ndarray, retain_graph: bool) -> None:
             ctx.release()
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    """repr(value) cut to `limit` characters, for error messages that must not echo a huge input."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _float_default(arr: np.ndarray) -> np.ndarray:
     """Python floats (parsed by numpy as float64) become float32, the framework's default."""
     return arr.astype(np.float32) if arr.dtype == np.float64 else arr
@@ -222,11 +228,22 @@ class Tensor:
         if isinstance(data, (np.ndarray, np.generic)):
             arr = np.asarray(data)
         else:
-            arr = _float_default(np.asarray(data))
+            try:
+                arr = _float_default(np.asarray(data))
+            except ValueError as err:  # ragged nesting
+                raise ValueError(f"Tensor: data must be a number or a rectangular nested list, got "
+                                 f"{_short(data)} ({err})") from None
         if dtype is not None:
-            arr = arr.astype(dtype, copy=False)
+            try:
+                wanted = np.dtype(dtype)
+            except TypeError:
+                raise TypeError(f"Tensor: dtype {dtype!r} is not a numpy dtype") from None
+            if wanted.kind not in "fiub":
+                raise TypeError(f"Tensor: unsupported dtype {wanted} (expected a float, integer or bool dtype)")
+            arr = arr.astype(wanted, copy=False)
         if arr.dtype.kind not in "fiub":
-            raise TypeError(f"Tensor: unsupported dtype {arr.dtype} (expected a float, integer or bool array)")
+            raise TypeError(f"Tensor: unsupported dtype {arr.dtype} (expected a float, integer or bool array), "
+                            f"from {_short(data)}")
         if requires_grad and arr.dtype.kind != "f":
             raise TypeError(f"Tensor: only floating-point tensors can require grad, got dtype {arr.dtype}")
         self.data: np.ndarray = arr

@@ -70,6 +70,17 @@ class LogSoftmax(Function):
         return log_softmax_backward(y, _rows(grad), lse).reshape(grad.shape)  # g - p * sum(g)
 
 
+def _float_tensor(x: Any, op: str, name: str = "input") -> Tensor:
+    """x as a float32 or float64 tensor, or one clear error: integer and bool inputs are refused (as PyTorch
+    refuses them in softmax and layer norm), float16 too (the kernels compute in float32 or float64)."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: {name} must be a Tensor, got {type(x).__name__}; wrap it as ta.tensor(...)")
+    if x.dtype not in (np.float32, np.float64):
+        hint = "; convert it with .float()" if x.dtype.kind in "iubf" else ""
+        raise TypeError(f"{op}: {name} must be float32 or float64, got {x.dtype}{hint}")
+    return x
+
+
 def _along_last(fn: type[Function], x: Tensor, dim: int, keep: np.ndarray | None) -> Tensor:
     """Apply a last-axis Function along `dim` by moving `dim` last and back."""
     dim = normalize_dim(dim, x.ndim, fn.__name__.lower())
@@ -92,11 +103,17 @@ def _bool_mask(mask: Any, shape: tuple[int, ...], op: str) -> np.ndarray | None:
 
 def softmax(x: Tensor, dim: int = -1, mask: Any = None) -> Tensor:
     """exp(x) / sum(exp(x)) along `dim`; entries where the bool `mask` is False get probability 0."""
+    x = _float_tensor(x, "softmax")
+    if x.ndim == 0:
+        raise ValueError("softmax: the input needs at least one dim, got a 0-d tensor")
     return _along_last(Softmax, x, dim, _bool_mask(mask, x.shape, "softmax"))
 
 
 def log_softmax(x: Tensor, dim: int = -1, mask: Any = None) -> Tensor:
     """x - logsumexp(x) along `dim`; masked entries give -inf, fully masked rows 0."""
+    x = _float_tensor(x, "log_softmax")
+    if x.ndim == 0:
+        raise ValueError("log_softmax: the input needs at least one dim, got a 0-d tensor")
     return _along_last(LogSoftmax, x, dim, _bool_mask(mask, x.shape, "log_softmax"))
 
 
@@ -129,7 +146,10 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> Tensor:
     """LayerNorm over the trailing dims `normalized_shape`; weight and bias have that shape."""
+    x = _float_tensor(x, "layer_norm")
     normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0 for n in normalized_shape):
+        raise ValueError(f"layer_norm: normalized_shape must hold positive ints, got {normalized_shape}")
     k = len(normalized_shape)
     if x.shape[x.ndim - k :] != normalized_shape or k == 0 or k > x.ndim:
         raise ValueError(f"layer_norm: normalized_shape {normalized_shape} does not end the input shape {x.shape}")
@@ -163,6 +183,7 @@ class Gelu(Function):
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     """x * Phi(x) with the exact Gaussian CDF (erf form), as PyTorch's default GELU;
     approximate="tanh" gives PyTorch's tanh approximation."""
+    x = _float_tensor(x, "gelu")
     if approximate not in ("none", "tanh"):
         raise ValueError(f'gelu: approximate must be "none" or "tanh", got {approximate!r}')
     return Gelu.apply(x, approximate=approximate == "tanh")
@@ -174,7 +195,7 @@ def relu(x: Tensor) -> Tensor:
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     """Zero each entry with probability p and scale the rest by 1/(1-p); identity when not training."""
-    if not 0.0 <= p <= 1.0:
+    if isinstance(p, (bool, str)) or not isinstance(p, (int, float, np.number)) or not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout: p must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
@@ -217,10 +238,13 @@ def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reducti
         raise ValueError(f"cross_entropy: label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f'cross_entropy: reduction must be "mean", "sum" or "none", got {reduction!r}')
+    logits = _float_tensor(logits, "cross_entropy", "logits")
     target = np.asarray(target.data if isinstance(target, Tensor) else target)
     if target.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: target must hold integer class indices, got dtype {target.dtype}")
-    if logits.ndim < 2 or target.shape != logits.shape[:-1]:
+    if logits.ndim < 2:
+        raise ValueError(f"cross_entropy: logits must be (N, C) or (B, T, C), got shape {logits.shape}")
+    if target.shape != logits.shape[:-1]:
         raise ValueError(
             f"cross_entropy: logits of shape {logits.shape} need targets of shape {logits.shape[:-1]}, "
             f"got {target.shape}"
@@ -350,6 +374,15 @@ def attention_math(q: Tensor, k: Tensor, v: Tensor, mask: np.ndarray | None, is_
     return out, weights
 
 
+def _scale(scale: Any, d: int, op: str) -> float:
+    """1 / sqrt(d) unless given; with d = 0 the scores are all 0 whatever the scale, so 1 stands in."""
+    if scale is None:
+        return 1.0 / math.sqrt(d) if d > 0 else 1.0
+    if isinstance(scale, (bool, str)) or not isinstance(scale, (int, float, np.number)) or not math.isfinite(scale):
+        raise ValueError(f"{op}: scale must be a finite number, got {scale!r:.40}")
+    return float(scale)
+
+
 def _attention_mask(mask: Any, shape: tuple[int, ...]) -> np.ndarray | None:
     """Check that `mask` broadcasts to the scores' shape (..., Tq, Tk); returns its array."""
     if mask is None:
@@ -397,6 +430,10 @@ def scaled_dot_product_attention(
         if mask is not None:
             raise TypeError("scaled_dot_product_attention: pass the mask as mask= or attn_mask=, not both")
         mask = attn_mask
+    q, k, v = (_float_tensor(t, "scaled_dot_product_attention", n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+    if len({q.dtype, k.dtype, v.dtype}) > 1:
+        raise TypeError(f"scaled_dot_product_attention: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, "
+                        f"{v.dtype}")
     if q.ndim < 2 or len({q.shape[:-2], k.shape[:-2], v.shape[:-2]}) != 1:
         raise ValueError(
             f"scaled_dot_product_attention: q, k, v need the same leading dims, got {q.shape}, {k.shape}, {v.shape}"
@@ -406,7 +443,7 @@ def scaled_dot_product_attention(
             f"scaled_dot_product_attention: q {q.shape} and k {k.shape} need the same last dim, "
             f"k and v {v.shape} the same length"
         )
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = _scale(scale, q.shape[-1], "scaled_dot_product_attention")
     mask = _attention_mask(mask, q.shape[:-1] + (k.shape[-2],))
     kernel = _choose_kernel(return_weights or dropout_p > 0.0, "scaled_dot_product_attention")
     if kernel == "flash":
@@ -425,7 +462,8 @@ def packed_self_attention(qkv: Tensor, mask: Any = None, is_causal: bool = False
     if qkv.ndim < 4 or qkv.shape[-3] != 3:
         raise ValueError(f"packed_self_attention: qkv must be (..., T, 3, H, d), got shape {qkv.shape}")
     *lead, t, _, heads, d = qkv.shape
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    qkv = _float_tensor(qkv, "packed_self_attention", "qkv")
+    scale = _scale(scale, d, "packed_self_attention")
     mask = _attention_mask(mask, (*lead, heads, t, t))
     if _choose_kernel(False, "packed_self_attention") == "flash":
         return FlashAttention.apply(qkv, scale=scale, causal=is_causal, bias=_additive(mask, qkv.dtype))

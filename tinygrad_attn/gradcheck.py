@@ -52,6 +52,10 @@ def gradcheck(
     A numeric or analytic derivative that is not finite counts as a mismatch.
     """
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    for i, t in enumerate(inputs):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"gradcheck: inputs[{i}] is a {type(t).__name__}, not a Tensor; wrap it as "
+                            "ta.Tensor(array, requires_grad=True)")
     saved = [(t.data, t.grad) for t in inputs]
     rng = np.random.default_rng(seed)
     try:

@@ -258,17 +258,19 @@ class GetItem(Function):
 
     @staticmethod
     def forward(ctx, a, index):
-        ctx.input_shape, ctx.input_dtype, ctx.index = a.shape, a.dtype, index
+        ctx.save_for_backward(index)  # index arrays are released with the graph, like any saved array
+        ctx.input_shape = a.shape
         return a[index]
 
     @staticmethod
     def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
         out = np.zeros(ctx.input_shape, dtype=grad.dtype)
-        index = ctx.index if isinstance(ctx.index, tuple) else (ctx.index,)
-        if any(isinstance(i, np.ndarray) and i.dtype.kind in "iu" for i in index):
-            np.add.at(out, ctx.index, grad)  # integer indices may repeat: accumulate
+        items = index if isinstance(index, tuple) else (index,)
+        if any(isinstance(i, np.ndarray) and i.dtype.kind in "iu" for i in items):
+            np.add.at(out, index, grad)  # integer indices may repeat: accumulate
         else:
-            out[ctx.index] = grad  # slices and bool masks never pick an element twice
+            out[index] = grad  # slices and bool masks never pick an element twice
         return out
 
 
@@ -506,6 +508,10 @@ def stack(tensors: list[Tensor], dim: int = 0) -> Tensor:
     shapes = {t.shape for t in tensors}
     if len(shapes) > 1:
         raise ValueError(f"stack: all tensors must have the same shape, got {sorted(shapes)}")
+    ndim = tensors[0].ndim + 1
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not -ndim <= dim < ndim:
+        raise IndexError(f"stack: dim {dim!r} is out of range for stacking tensors of {ndim - 1} dims "
+                         f"(allowed: {-ndim} to {ndim - 1})")
     return cat([t.unsqueeze(dim) for t in tensors], dim)
 
 
@@ -554,8 +560,8 @@ class _TensorMethods:
     def __neg__(self): return Neg.apply(self)
 
     def __pow__(self, exponent: float) -> Tensor:
-        if isinstance(exponent, Tensor) or not np.isscalar(exponent):
-            raise TypeError(f"pow: the exponent must be a Python number, got {type(exponent).__name__}")
+        if isinstance(exponent, (Tensor, bool, str)) or not isinstance(exponent, (int, float, np.number)):
+            raise TypeError(f"pow: the exponent must be a number, got {exponent!r:.40}")
         return Pow.apply(self, exponent=exponent)
 
     def matmul(self, other: Any) -> Tensor:
@@ -584,7 +590,13 @@ class _TensorMethods:
 
     def astype(self, dtype: Any) -> Tensor:
         """A differentiable cast: the gradient flows back in this tensor's dtype."""
-        return self if np.dtype(dtype) == self.dtype else Cast.apply(self, dtype=np.dtype(dtype))
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"astype: {dtype!r} is not a numpy dtype") from None
+        if dtype.kind not in "fiub":
+            raise TypeError(f"astype: unsupported dtype {dtype} (expected a float, integer or bool dtype)")
+        return self if dtype == self.dtype else Cast.apply(self, dtype=dtype)
 
     def float(self): return self.astype(np.float32)
     def double(self): return self.astype(np.float64)
@@ -759,6 +771,8 @@ class _TensorMethods:
         mask = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
         if mask.dtype != np.bool_:
             raise TypeError(f"masked_fill: mask must be bool, got dtype {mask.dtype}")
+        if isinstance(value, (bool, str)) or not isinstance(value, (int, float, np.number)):
+            raise TypeError(f"masked_fill: value must be a number, got {value!r:.40}")
         if check_broadcast("masked_fill", mask.shape, self.shape) != self.shape:
             raise ValueError(f"masked_fill: mask of shape {mask.shape} does not broadcast to the tensor's {self.shape}")
         return Where.apply(Tensor(mask), Tensor(np.asarray(value, dtype=self.dtype)), self)

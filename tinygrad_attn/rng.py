@@ -15,6 +15,8 @@ _generator = np.random.default_rng(0)
 
 def manual_seed(seed: int) -> None:
     """Reset the generator used for initialisation and dropout."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"manual_seed: seed must be a non-negative int, got {seed!r}")
     global _generator
     _generator = np.random.default_rng(seed)
 

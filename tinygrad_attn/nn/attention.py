@@ -82,7 +82,10 @@ class MultiHeadAttention(Module):
         kdim: int | None = None,
         vdim: int | None = None,
     ):
-        if num_heads <= 0 or embed_dim % num_heads:
+        for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads)):
+            if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+                raise ValueError(f"MultiHeadAttention: {name} must be a positive int, got {n!r}")
+        if embed_dim % num_heads:
             raise ValueError(
                 f"MultiHeadAttention: embed_dim {embed_dim} is not divisible by num_heads {num_heads}"
             )

@@ -86,6 +86,8 @@ class Linear(Module):
     """y = x W^T + b, W of shape (out_features, in_features), both ~ U(-1/sqrt(in), 1/sqrt(in))."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        in_features, out_features = _size(in_features, "in_features", "Linear"), _size(out_features, "out_features",
+                                                                                         "Linear")
         self.in_features, self.out_features = in_features, out_features
         bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
         self.weight = Parameter(_uniform(bound, (out_features, in_features)))
@@ -140,21 +142,48 @@ class EmbeddingLookup(Function):
 
     @staticmethod
     def forward(ctx, weight, indices, padding_idx):
-        ctx.num_rows, ctx.indices, ctx.padding_idx = weight.shape[0], indices, padding_idx
+        indices = check_indices(indices, weight.shape[0], "EmbeddingLookup")  # whichever path reaches here
+        ctx.save_for_backward(indices)
+        ctx.num_rows, ctx.padding_idx = weight.shape[0], padding_idx
         return weight[indices]  # (*indices.shape, dim)
 
     @staticmethod
     def backward(ctx, grad):
-        grad_weight = scatter_add_rows(ctx.num_rows, ctx.indices.reshape(-1), grad.reshape(-1, grad.shape[-1]))
+        (indices,) = ctx.saved_tensors
+        grad_weight = scatter_add_rows(ctx.num_rows, indices.reshape(-1), grad.reshape(-1, grad.shape[-1]))
         if ctx.padding_idx is not None:
             grad_weight[ctx.padding_idx] = 0  # the padding row never learns
         return grad_weight
+
+
+def check_indices(indices: Any, rows: int, op: str) -> np.ndarray:
+    """Integer indices in [0, rows), as an array; anything else is one clear error."""
+    indices = np.asarray(indices.data if isinstance(indices, Tensor) else indices)
+    if indices.dtype.kind not in "iu":
+        raise TypeError(f"{op}: indices must be integers, got dtype {indices.dtype}")
+    if indices.size and (indices.min() < 0 or indices.max() >= rows):
+        raise IndexError(f"{op}: indices must lie in [0, {rows}), got values from {indices.min()} to {indices.max()}")
+    return indices
+
+
+def _size(value: Any, name: str, op: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{op}: {name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
 
 
 class Embedding(Module):
     """A lookup table of `num_embeddings` vectors, initialised N(0, 1); the padding row starts at zero."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None):
+        num_embeddings = _size(num_embeddings, "num_embeddings", "Embedding")
+        embedding_dim = _size(embedding_dim, "embedding_dim", "Embedding")
+        if padding_idx is not None:
+            if isinstance(padding_idx, bool) or not isinstance(padding_idx, (int, np.integer)) or not (
+                    -num_embeddings <= padding_idx < num_embeddings):
+                raise ValueError(f"Embedding: padding_idx must be an int in [{-num_embeddings}, {num_embeddings}), "
+                                 f"got {padding_idx!r}")
+            padding_idx = int(padding_idx) % num_embeddings
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
         weight = rng.generator().standard_normal((num_embeddings, embedding_dim)).astype(np.float32)
         if padding_idx is not None:
@@ -162,14 +191,7 @@ class Embedding(Module):
         self.weight = Parameter(weight)
 
     def forward(self, indices: Any) -> Tensor:
-        indices = np.asarray(indices.data if isinstance(indices, Tensor) else indices)
-        if indices.dtype.kind not in "iu":
-            raise TypeError(f"Embedding: indices must be integers, got dtype {indices.dtype}")
-        if indices.size and (indices.min() < 0 or indices.max() >= self.num_embeddings):
-            raise IndexError(
-                f"Embedding: indices must lie in [0, {self.num_embeddings}), got values from "
-                f"{indices.min()} to {indices.max()}"
-            )
+        indices = check_indices(indices, self.num_embeddings, "Embedding")
         return EmbeddingLookup.apply(self.weight, indices=indices, padding_idx=self.padding_idx)
 
     def extra_repr(self) -> str:

@@ -200,6 +200,8 @@ class ModuleList(Module):
 
     def __init__(self, modules: Any = ()):
         for i, m in enumerate(modules):
+            if not isinstance(m, Module):
+                raise TypeError(f"{type(self).__name__}: item {i} is a {type(m).__name__}, not a Module")
             setattr(self, str(i), m)
 
     def __len__(self) -> int:
@@ -212,6 +214,8 @@ class ModuleList(Module):
         return (m for _, m in self.named_children())
 
     def append(self, module: Module) -> ModuleList:
+        if not isinstance(module, Module):
+            raise TypeError(f"{type(self).__name__}.append: expected a Module, got {type(module).__name__}")
         setattr(self, str(len(self)), module)
         return self
 

@@ -214,21 +214,27 @@ class Seq2SeqTransformer(Module):
         self.head = Linear(d_model, tgt_vocab)
 
     @staticmethod
-    def source_mask(src_lengths: Any, ts: int) -> np.ndarray | None:
+    def source_mask(src_lengths: Any, ts: int, batch: int | None = None) -> np.ndarray | None:
         """(B, 1, 1, Ts) bool: True on real source tokens, False on padding."""
         if src_lengths is None:
             return None
-        return np.arange(ts)[None, :] < np.asarray(src_lengths)[:, None, None, None]
+        lengths = np.asarray(src_lengths.data if isinstance(src_lengths, Tensor) else src_lengths)
+        if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or (batch is not None and lengths.shape[0] != batch):
+            raise ValueError(f"Seq2SeqTransformer: src_lengths must be {batch if batch is not None else 'B'} "
+                             f"integers (one per sequence), got shape {lengths.shape} and dtype {lengths.dtype}")
+        if lengths.size and (lengths.min() < 0 or lengths.max() > ts):
+            raise ValueError(f"Seq2SeqTransformer: src_lengths must lie in [0, {ts}], got {lengths.tolist()[:8]}")
+        return np.arange(ts)[None, :] < lengths[:, None, None, None]
 
     def encode(self, src: Any, src_lengths: Any = None, need_weights: bool = False) -> Tensor:
-        mask = self.source_mask(src_lengths, np.shape(src)[-1])
+        mask = self.source_mask(src_lengths, np.shape(src)[-1], np.shape(src)[0])
         x = self.src_position(self.src_embed(src))  # (B, Ts, E)
         for layer in self.encoder:
             x = layer(x, mask=mask, need_weights=need_weights)
         return self.encoder_norm(x)  # the memory (B, Ts, E)
 
     def decode(self, tgt: Any, memory: Tensor, src_lengths: Any = None, need_weights: bool = False) -> Tensor:
-        mask = self.source_mask(src_lengths, memory.shape[1])
+        mask = self.source_mask(src_lengths, memory.shape[1], memory.shape[0])
         x = self.tgt_position(self.tgt_embed(tgt))  # (B, Tt, E)
         for layer in self.decoder:
             x = layer(x, memory, memory_mask=mask, need_weights=need_weights)
@@ -243,7 +249,7 @@ class Seq2SeqTransformer(Module):
         has ends with eos from then on. top_k=1 is greedy decoding."""
         src = _check_generation(src, max_new_tokens, temperature, top_k, self.config["src_vocab"])
         memory = self.encode(src, src_lengths)  # (B, Ts, E), once
-        mask = self.source_mask(src_lengths, memory.shape[1])
+        mask = self.source_mask(src_lengths, memory.shape[1], memory.shape[0])
         tokens = np.full((src.shape[0], 1), bos, dtype=np.int64)
         cache = KVCache() if use_cache else None
         done = np.zeros(src.shape[0], bool)

@@ -1,0 +1,140 @@
+"""Bad input, class by class (as PyTorch's OpInfo error inputs): each case gets one clear exception whose
+message names the argument and the offending value or shape, never a traceback from inside numpy or
+numba, and the kernels that index with user data are safe whichever public path reaches them."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tinygrad_attn as ta
+from tinygrad_attn import functional as F
+from tinygrad_attn import nn, optim
+
+x32 = ta.Tensor(np.zeros((2, 3), np.float32))
+
+
+def _module():
+    return nn.Linear(2, 2)
+
+
+CASES = [
+    # (name, call, exception, message pattern)
+    ("ragged list", lambda: ta.Tensor([[1, 2], [3]]), ValueError, "rectangular nested list"),
+    ("unknown dtype", lambda: ta.Tensor([1.0], dtype="banana"), TypeError, "'banana' is not a numpy dtype"),
+    ("complex dtype", lambda: ta.Tensor([1.0], dtype=np.complex64), TypeError, "unsupported dtype complex64"),
+    ("string data", lambda: ta.Tensor(["a"]), TypeError, r"unsupported dtype <U1.*\['a'\]"),
+    ("huge input echoed short", lambda: ta.Tensor([["a"] * 100_000]), TypeError, r"\.\.\.\)?$"),
+    ("pow by a string", lambda: x32 ** "2", TypeError, "exponent must be a number, got '2'"),
+    ("reshape by a string", lambda: x32.reshape("a", 2), TypeError, "reshape: sizes must be ints"),
+    ("reshape by a float", lambda: x32.reshape(3, 2.5), TypeError, r"sizes must be ints, got \(3, 2.5\)"),
+    ("view needs a copy", lambda: x32.T.view(6), RuntimeError, r"contiguous\(\)"),
+    ("view says view", lambda: x32.view(4), ValueError, r"view: cannot reshape .* \(2, 3\)"),
+    ("astype to a string", lambda: x32.astype(np.str_), TypeError, "astype: unsupported dtype <U0"),
+    ("masked_fill value", lambda: x32.masked_fill(np.ones((2, 3), bool), "x"), TypeError, "value must be a number"),
+    ("dropout p string", lambda: F.dropout(x32, "a"), ValueError, "dropout: p must be in"),
+    ("softmax of ints", lambda: F.softmax(ta.Tensor([[1, 2, 3]])), TypeError, "softmax: input must be float32 or "
+                                                                            "float64, got int64"),
+    ("log_softmax of bools", lambda: F.log_softmax(ta.Tensor([[True]])), TypeError, "got bool"),
+    ("layer_norm of ints", lambda: F.layer_norm(ta.Tensor([[1, 2]]), 2), TypeError, "layer_norm: input"),
+    ("gelu of ints", lambda: F.gelu(ta.Tensor([1, 2])), TypeError, "gelu: input must be float32"),
+    ("float16 softmax", lambda: F.softmax(ta.Tensor(np.zeros(3, np.float16))), TypeError, "got float16"),
+    ("cross_entropy int logits", lambda: F.cross_entropy(ta.Tensor([[1, 2]]), [0]), TypeError, "logits must be float"),
+    ("softmax of 0-d", lambda: F.softmax(ta.Tensor(np.float32(1))), ValueError, "0-d tensor"),
+    ("sdpa on lists", lambda: F.scaled_dot_product_attention([[1.0]], [[1.0]], [[1.0]]), TypeError,
+     "q must be a Tensor, got list"),
+    ("sdpa int q", lambda: F.scaled_dot_product_attention(*(ta.Tensor(np.ones((1, 2, 2), np.int64)),) * 3),
+     TypeError, "q must be float32 or float64, got int64"),
+    ("sdpa mixed dtypes", lambda: F.scaled_dot_product_attention(ta.Tensor(np.ones((1, 2, 2))), *(x32.reshape(1, 2, 3)[
+        ..., :2],) * 2), TypeError, "share a dtype"),
+    ("sdpa scale string", lambda: F.scaled_dot_product_attention(*(x32.reshape(1, 2, 3),) * 3, scale="x"),
+     ValueError, "scale must be a finite number"),
+    ("cross_entropy scalar target", lambda: F.cross_entropy(ta.Tensor(np.ones(5, np.float32)), 1), ValueError,
+     r"logits must be \(N, C\) or \(B, T, C\), got shape \(5,\)"),
+    ("cross_entropy target range", lambda: F.cross_entropy(x32, [0, 7]), IndexError, r"\[7\] are outside \[0, 3\)"),
+    ("stack dim", lambda: ta.stack([x32, x32], dim=3), IndexError, "stack: dim 3 is out of range"),
+    ("Embedding padding_idx", lambda: nn.Embedding(10, 4, padding_idx=10), ValueError, "padding_idx must be"),
+    ("Embedding negative size", lambda: nn.Embedding(-1, 4), ValueError, "num_embeddings must be an int >= 0"),
+    ("Linear float size", lambda: nn.Linear(2.5, 3), ValueError, "in_features must be an int >= 0, got 2.5"),
+    ("MHA negative heads", lambda: nn.MultiHeadAttention(8, -2), ValueError, "num_heads must be a positive int"),
+    ("Sequential of a number", lambda: nn.Sequential(nn.Linear(2, 2), 3), TypeError, "item 1 is a int"),
+    ("Adam of None", lambda: optim.Adam([None]), TypeError, "NoneType"),
+    ("SGD of a module", lambda: optim.SGD(_module(), lr=0.1), TypeError, "model.parameters"),
+    ("SGD of one tensor", lambda: optim.SGD(ta.tensor([1.0], requires_grad=True), lr=0.1), TypeError, "got a Tensor"),
+    ("Adam beta 1.0", lambda: optim.Adam(_module().parameters(), betas=(0.9, 1.0)), ValueError, r"betas\[1\]"),
+    ("lr as a string", lambda: optim.SGD(_module().parameters(), lr="0.1"), TypeError, "lr must be a number"),
+    ("Adam load {}", lambda: optim.Adam(_module().parameters()).load_state_dict({}), KeyError, "missing keys"),
+    ("set_num_threads 1.5", lambda: ta.set_num_threads(1.5), TypeError, "n must be an int, got 1.5"),
+    ("manual_seed -1", lambda: ta.manual_seed(-1), ValueError, "seed must be a non-negative int, got -1"),
+    ("gradcheck on numpy", lambda: ta.gradcheck(lambda a: a, [np.ones(3)]), TypeError, r"inputs\[0\] is a ndarray"),
+    ("causal_mask 2.5", lambda: ta.causal_mask(2.5), TypeError, "Tq must be an int, got 2.5"),
+    ("to a device", lambda: _module().to("cuda"), ValueError, "'cuda' is neither a float dtype nor 'cpu'"),
+    ("Seq2Seq negative length", lambda: nn.Seq2SeqTransformer(5, 5, 8, d_model=8, nhead=2)(
+        np.zeros((2, 3), np.int64), np.zeros((2, 3), np.int64), [3, -1]), ValueError, r"lie in \[0, 3\]"),
+    ("Seq2Seq lengths size", lambda: nn.Seq2SeqTransformer(5, 5, 8, d_model=8, nhead=2)(
+        np.zeros((2, 3), np.int64), np.zeros((2, 3), np.int64), [3]), ValueError, "src_lengths must be 2 integers"),
+    ("load_state_dict complex", lambda: _module().load_state_dict(
+        {k: v + 0j for k, v in _module().state_dict().items()}), ValueError, "has dtype complex64; expected real"),
+]
+
+
+@pytest.mark.parametrize("name, call, exception, pattern", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gets_one_clear_error(name, call, exception, pattern):
+    with pytest.raises(exception, match=pattern) as info:
+        call()
+    assert len(str(info.value)) < 400  # a huge input is not echoed whole
+    frames = [str(f.path) for f in info.traceback]
+    assert not any("/numpy/" in f or "/numba/" in f for f in frames[-1:]), frames[-1]
+
+
+def test_empty_shapes_on_the_weights_path_and_in_multi_head_attention(sdpa_path):
+    mha = nn.MultiHeadAttention(8, 2)
+    for tq, tk in ((0, 3), (3, 0)):
+        q, kv = ta.Tensor(np.zeros((2, tq, 8), np.float32)), ta.Tensor(np.zeros((2, tk, 8), np.float32))
+        out, weights = mha(q, kv, kv, need_weights=sdpa_path == "math")
+        assert out.shape == (2, tq, 8)
+        if tk == 0:  # attention over no keys gives zeros, so the output is out_proj's bias
+            np.testing.assert_array_equal(out.data, np.broadcast_to(mha.out_proj.bias.data, out.shape))
+        if weights is not None:
+            assert weights.shape == (2, 2, tq, tk)
+    q = ta.Tensor(np.zeros((1, 2, 3, 0)))
+    out = F.scaled_dot_product_attention(q, q, ta.Tensor(np.ones((1, 2, 3, 4))))  # d = 0: uniform weights
+    np.testing.assert_allclose(out.data, 1.0)
+    y = F.layer_norm(ta.Tensor(np.zeros((0, 4))), 4)
+    assert y.shape == (0, 4)
+    with pytest.raises(ValueError, match="normalized_shape must hold positive ints"):
+        F.layer_norm(ta.Tensor(np.zeros((2, 0))), 0)
+
+
+def test_kernels_survive_out_of_range_indices_through_every_public_path():
+    """In a subprocess, so that a segfault fails the test instead of the run: each path raises IndexError."""
+    code = textwrap.dedent("""
+        import numpy as np
+        import tinygrad_attn as ta
+        from tinygrad_attn import functional as F, nn
+        from tinygrad_attn.nn.layers import EmbeddingLookup
+        logits = ta.Tensor(np.zeros((2, 5), np.float32), requires_grad=True)
+        emb = nn.Embedding(4, 3)
+        paths = {
+            "CrossEntropy.apply": lambda t: F.CrossEntropy.apply(logits, target=np.array([0, t]), ignore_index=-100),
+            "cross_entropy": lambda t: F.cross_entropy(logits, np.array([0, t])),
+            "EmbeddingLookup.apply": lambda t: EmbeddingLookup.apply(emb.weight, indices=np.array([t]),
+                                                                     padding_idx=None),
+            "Embedding": lambda t: emb(np.array([t])),
+            "indexing": lambda t: logits[0, t],
+        }
+        for name, path in paths.items():
+            for bad in (5, 1000, 10**11, -10**11):
+                try:
+                    path(bad)
+                except IndexError as err:
+                    assert str(bad) in str(err) or "out of" in str(err) or "outside" in str(err), (name, err)
+                else:
+                    raise SystemExit(f"{name} accepted {bad}")
+        print("all refused")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "all refused" in proc.stdout
