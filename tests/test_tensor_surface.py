@@ -171,3 +171,33 @@ def test_tensor_idioms_match_torch():
     np.testing.assert_array_equal(ta.tril(T(x, False), 1).data, torch.tril(torch.tensor(x), 1).numpy())
     np.testing.assert_array_equal(T(x, False).flatten(0, 1).data, torch.tensor(x).flatten(0, 1).numpy())
     assert T(x, False).size() == tuple(torch.tensor(x).size())
+
+
+@pytest.mark.torch_parity
+def test_functional_additions_match_torch_with_gradients():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(4, 6)) * 2
+    target = np.array([1, 5, -100, 0])
+    cases = [
+        (lambda t: ta.functional.gelu(t, approximate="tanh"),
+         lambda t: torch.nn.functional.gelu(t, approximate="tanh")),
+        (lambda t: ta.functional.cross_entropy(t, target, label_smoothing=0.1),
+         lambda t: torch.nn.functional.cross_entropy(t, torch.tensor(target), label_smoothing=0.1)),
+        (lambda t: t.abs() * t.clamp(-1, 1), lambda t: t.abs() * t.clamp(-1, 1)),
+        (lambda t: t.min(1), lambda t: t.min(1).values),
+        (lambda t: t[:, :1].expand(4, 6) * t, lambda t: t[:, :1].expand(4, 6) * t),
+    ]
+    for ours, theirs in cases:
+        a, b = T(x), torch.tensor(x, requires_grad=True)
+        out, tout = ours(a), theirs(b)
+        np.testing.assert_allclose(out.data, tout.detach().numpy(), rtol=1e-12, atol=1e-14)
+        g = rng.normal(size=out.shape)
+        out.backward(g)
+        tout.backward(torch.tensor(g))
+        np.testing.assert_allclose(a.grad.data, b.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(T(x, False).argmax(1).data, torch.tensor(x).argmax(1).numpy())
+    np.testing.assert_array_equal(T(x, False).argmin(0).data, torch.tensor(x).argmin(0).numpy())
+    ln, tln = ta.nn.LayerNorm(6, bias=False), torch.nn.LayerNorm(6, bias=False)
+    np.testing.assert_allclose(ln(ta.Tensor(x.astype(np.float32))).data,
+                               tln(torch.tensor(x, dtype=torch.float32)).detach().numpy(), rtol=1e-5, atol=1e-6)
