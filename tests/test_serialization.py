@@ -49,3 +49,71 @@ def test_truncated_foreign_and_pickled_files_are_refused(tmp_path):
             ta.load(path)
     with pytest.raises(FileNotFoundError, match="missing.npz"):
         ta.load(tmp_path / "missing.npz")
+
+
+def test_save_errors_name_the_target(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"folder .*nowhere does not exist"):
+        ta.save({"a": np.ones(2)}, tmp_path / "nowhere" / "ckpt.npz")
+    (tmp_path / "dir.npz").mkdir()
+    with pytest.raises(IsADirectoryError, match="dir.npz: it is a folder"):
+        ta.save({"a": np.ones(2)}, tmp_path / "dir.npz")
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        ta.load(tmp_path / "dir.npz")
+
+
+def test_stale_temporaries_of_the_same_target_are_cleaned_up(tmp_path):
+    (tmp_path / ".tmp-ckpt.npz-abc123.npz").write_bytes(b"half a file from a killed writer")
+    (tmp_path / ".tmp-other.npz-abc123.npz").write_bytes(b"another target's")
+    ta.save({"a": np.ones(2)}, tmp_path / "ckpt.npz")
+    assert sorted(os.listdir(tmp_path)) == [".tmp-other.npz-abc123.npz", "ckpt.npz"]
+
+
+def _npz_with(tmp_path, name, members):
+    import zipfile
+
+    path = tmp_path / name
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, data in members.items():
+            archive.writestr(member, data)
+    return path
+
+
+def _npy_header(shape, dtype="<f8"):
+    import io
+
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buffer.getvalue()  # magic string and header
+
+
+def test_load_checks_every_member_before_reading(tmp_path):
+    np.save(tmp_path / "single.npy", np.ones(3))
+    with pytest.raises(ValueError, match=r"single.npy is not a readable checkpoint \(not an .npz archive"):
+        ta.load(tmp_path / "single.npy")
+    not_array = _npz_with(tmp_path, "text.npz", {"w.npy": _npy_header((2,)) + np.ones(2).tobytes(),
+                                                 "notes.txt": b"hello"})
+    with pytest.raises(ValueError, match="holds 'notes.txt', which is not an array"):
+        ta.load(not_array)
+    huge = _npz_with(tmp_path, "huge.npz", {"w.npy": _npy_header((2**40,)) + b"\0" * 64})
+    with pytest.raises(ValueError, match=r"'w.npy' declares 8796093022208 bytes, beyond the limit"):
+        ta.load(huge)
+    short = _npz_with(tmp_path, "short.npz", {"w.npy": _npy_header((100,)) + b"\0" * 64})
+    with pytest.raises(ValueError, match="shorter than the array it declares"):
+        ta.load(short)
+    bomb = tmp_path / "bomb.npz"
+    np.savez_compressed(bomb, w=np.zeros(2_000_000))  # 16 MB of zeros in a few KB
+    assert bomb.stat().st_size < 100_000
+    with pytest.raises(ValueError, match="beyond the limit of 1000000"):
+        ta.load(bomb, max_bytes=1_000_000)
+    assert ta.load(bomb)["w"].shape == (2_000_000,)
+
+
+def test_unsupported_compression_after_a_byte_flip(tmp_path):
+    path = tmp_path / "flipped.npz"
+    ta.save({"w": np.ones(10)}, path)
+    data = bytearray(path.read_bytes())
+    central = data.rfind(b"PK\x01\x02")  # the central directory entry: its compression method at offset 10
+    data[central + 10] = 99
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="unsupported compression method"):
+        ta.load(path)
