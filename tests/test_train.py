@@ -90,7 +90,13 @@ def test_cli_tasks_and_attend(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["train", "--task", "nope"], "unknown task 'nope'"),
     (["train", "--steps", "-3"], "--steps must be positive"),
-    (["train", "--lr", "0"], "--lr must be positive"),
+    (["train", "--lr", "0"], "--lr must be a finite number > 0, got 0.0"),
+    (["train", "--lr", "nan"], "--lr must be a finite number > 0, got nan"),
+    (["train", "--lr", "inf"], "--lr must be a finite number > 0, got inf"),
+    (["train", "--target", "nan"], "--target must be an accuracy in [0, 1], got nan"),
+    (["train", "--target", "-1"], "--target must be an accuracy in [0, 1], got -1.0"),
+    (["train", "--seed", "-1"], "--seed must be a non-negative int, got -1"),
+    (["train", "--task", "x" * 80_000], "--task: unknown task 'xxxx"),
     (["train", "--resume", "--out", "/nonexistent/run"], "no checkpoint.npz"),
     (["attend", "--run", "/nonexistent/run", "--input", "1"], "no checkpoint"),
 ])
@@ -111,3 +117,38 @@ def test_save_checkpoint_names_cannot_clash(tmp_path):
     keys = ta.load(str(tmp_path / "names" / "checkpoint.npz"))
     model_keys = [k for k in keys if "/" not in k]
     assert all("." in k for k in model_keys) and any(k.startswith("optimizer/") for k in keys)
+
+
+def test_cli_out_problems_name_the_option(tmp_path, capsys):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    for out, message in ((a_file, "is a file, not a folder"), (a_file / "run", "--out: cannot create the folder")):
+        code, _, err = run_cli(["train", "--steps", "1", "--out", str(out), "--no-progress"], capsys)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_checkpoints_missing_keys_give_one_line(tmp_path, capsys):
+    run = tmp_path / "broken"
+    run.mkdir()
+    ta.save({"w": np.ones(2)}, run / "checkpoint.npz")
+    for args in (["train", "--resume", "--out", str(run), "--no-progress"], ["attend", "--run", str(run), "--input",
+                                                                              "1 2 3 4 5 6 7 8"]):
+        code, _, err = run_cli(args, capsys)
+        assert code == 2 and "is not a training checkpoint" in err and len(err.strip().splitlines()) == 1
+
+
+def test_resume_with_a_target_stops_where_the_uninterrupted_run_stops(tmp_path, monkeypatch):
+    """Every evaluation reaches the target, so a run stops at its first evaluation (step 12, the last):
+    a resumed run must not evaluate at the step it resumes from, where the uninterrupted run did not."""
+    from tinygrad_attn.tasks import get_task
+
+    monkeypatch.setattr(type(get_task("copy")), "evaluate", lambda self, model: 1.0)
+    whole = train(quick(tmp_path, "whole", steps=12, target=0.5))
+    train(quick(tmp_path, "part", steps=5, target=0.5))
+    resumed = train(quick(tmp_path, "part", steps=12, target=0.5, resume=True))
+    assert whole["steps"] == resumed["steps"] == 12
+    again = train(quick(tmp_path, "part", steps=12, target=0.5, resume=True))  # after the final checkpoint
+    assert again["final_loss"] == resumed["final_loss"] and again["final_loss"] is not None
+    text = (tmp_path / "part" / "metrics.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    json.loads(text, parse_constant=lambda name: pytest.fail(f"non-strict JSON constant {name}"))

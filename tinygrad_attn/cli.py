@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -48,16 +49,21 @@ def _train(args: argparse.Namespace) -> None:
     from .train import TrainConfig, train
 
     if args.task not in TASKS:
-        raise ValueError(f"unknown task {args.task!r}; choose one of: {', '.join(TASKS)}")
+        raise ValueError(f"--task: unknown task {args.task!r}; choose one of: {', '.join(TASKS)}")
     for name in ("steps", "batch_size", "checkpoint_every"):
         value = getattr(args, name)
         if value is not None and (value < 0 or (value == 0 and name != "steps")):
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
-    if args.lr is not None and args.lr <= 0:
-        raise ValueError(f"--lr must be positive, got {args.lr}")
+    if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
+        raise ValueError(f"--lr must be a finite number > 0, got {args.lr}")
+    if args.target is not None and not 0.0 <= args.target <= 1.0:  # NaN fails this too
+        raise ValueError(f"--target must be an accuracy in [0, 1], got {args.target}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be a non-negative int, got {args.seed}")
     out = args.out or os.path.join("runs", args.task)
     if args.resume and not os.path.exists(os.path.join(out, "checkpoint.npz")):
         raise ValueError(f"--resume: no checkpoint.npz in {out}")
+    _check_out(out)
     if args.threads < 1:
         raise ValueError(f"--threads must be at least 1, got {args.threads}")
     runtime.configure(threads=args.threads)  # the process settings a training run wants: see runtime.py
@@ -67,6 +73,18 @@ def _train(args: argparse.Namespace) -> None:
     metrics = train(config)
     print(json.dumps(metrics))
     print(f"wrote {out}/checkpoint.npz, metrics.json" + (", attention.png" if not args.no_plot else ""))
+
+
+def _check_out(out: str) -> None:
+    """--out must be a folder this process can create and write in."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"--out: {out} is a file, not a folder")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--out: cannot create the folder {out} ({err.strerror})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ValueError(f"--out: the folder {out} is not writable")
 
 
 def _tasks() -> None:
@@ -85,7 +103,10 @@ def _attend(args: argparse.Namespace) -> None:
     task, model, _ = load_run(args.run)
     answer, batch = task.answer(model, args.input)
     print(answer)
-    path = plot_attention(task, model, batch, os.path.join(args.run, "attend.png"))
+    path = os.path.join(args.run, "attend.png")
+    if not os.access(args.run, os.W_OK):
+        raise ValueError(f"--run: cannot write the picture {path}: the folder is not writable")
+    path = plot_attention(task, model, batch, path)
     if path:
         print(f"wrote {path}")
 
@@ -99,8 +120,12 @@ def main(argv: list[str] | None = None) -> int:
             _tasks()
         else:
             _attend(args)
-    except (ValueError, FileNotFoundError) as err:
-        print(f"tinygrad-attn: error: {err}", file=sys.stderr)
+    except (ValueError, TypeError, KeyError, IndexError, OSError) as err:
+        message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+        message = " ".join(message.split())  # one line
+        if len(message) > 300:  # a huge input is not echoed whole
+            message = message[:297] + "..."
+        print(f"tinygrad-attn: error: {message}", file=sys.stderr)
         return 2
     return 0
 

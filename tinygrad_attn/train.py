@@ -14,6 +14,7 @@ names no parameter can have (a parameter name never contains "/").
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -61,10 +62,16 @@ class TrainConfig:
         )
 
 
-def save_checkpoint(path: str, model: Module, optimizer: AdamW, step: int, config: TrainConfig) -> None:
+def save_checkpoint(path: str, model: Module, optimizer: AdamW, step: int, config: TrainConfig,
+                    loss: float = float("nan"), accuracy: float = 0.0) -> None:
+    """Everything a resumed run needs to continue exactly: weights, optimizer state, the step, the
+    generator's state, the config, and the last loss and evaluated accuracy (so that a resumed run stops
+    where an uninterrupted one would)."""
     state: dict[str, Any] = dict(model.state_dict())
     state.update({f"optimizer/{k}": v for k, v in optimizer.state_dict().items()})
     state["trainer/step"] = np.asarray(step)
+    state["trainer/loss"] = np.asarray(loss)
+    state["trainer/accuracy"] = np.asarray(accuracy)
     state["trainer/rng"] = np.asarray(rng.state())
     state["trainer/config"] = np.asarray(json.dumps(vars(config)))
     save(state, path)
@@ -77,7 +84,15 @@ def load_checkpoint(path: str) -> dict[str, Any]:
     for key, value in flat.items():
         section, _, name = key.partition("/") if "/" in key else ("model", "", key)
         parts[section][name] = value
-    parts["trainer"]["config"] = json.loads(str(parts["trainer"]["config"]))
+    missing = [f"trainer/{k}" for k in ("step", "rng", "config") if k not in parts["trainer"]]
+    if missing or not parts["model"]:
+        raise ValueError(f"{path} is not a training checkpoint: it lacks {missing or ['model weights']}")
+    try:
+        parts["trainer"]["config"] = json.loads(str(parts["trainer"]["config"]))
+    except json.JSONDecodeError:
+        raise ValueError(f"{path}: trainer/config is not valid JSON") from None
+    if not isinstance(parts["trainer"]["config"], dict) or "task" not in parts["trainer"]["config"]:
+        raise ValueError(f"{path}: trainer/config names no task")
     return parts
 
 
@@ -89,7 +104,10 @@ def load_run(out: str) -> tuple[Task, Module, dict[str, Any]]:
     parts = load_checkpoint(path)
     task = get_task(parts["trainer"]["config"]["task"])
     model = task.build_model()
-    model.load_state_dict(parts["model"])
+    try:
+        model.load_state_dict(parts["model"])
+    except KeyError as err:
+        raise ValueError(f"{path} does not hold this task's model: {err.args[0]}") from None
     return task, model, parts
 
 
@@ -144,14 +162,21 @@ def train(config: TrainConfig) -> dict[str, Any]:
         parts = load_checkpoint(path)
         if parts["trainer"]["config"]["task"] != task.name:
             raise ValueError(f"--resume: {path} is a {parts['trainer']['config']['task']!r} run, not {task.name!r}")
-        model.load_state_dict(parts["model"])
-        optimizer.load_state_dict(parts["optimizer"])
+        try:
+            model.load_state_dict(parts["model"])
+            optimizer.load_state_dict(parts["optimizer"])
+        except KeyError as err:
+            raise ValueError(f"--resume: {path} does not match this run: {err.args[0]}") from None
         rng.set_state(str(parts["trainer"]["rng"]))
         step = int(parts["trainer"]["step"])
 
     start = time.perf_counter()
     progress = _Progress(config.steps, min(step, config.steps), config.progress, task.name)
-    loss_value, accuracy = float("nan"), task.evaluate(model) if step else 0.0
+    loss_value, accuracy = float("nan"), 0.0  # accuracy: of the last scheduled evaluation, which decides the stop
+    if config.resume:  # as they were at the checkpoint: the run goes on as if never stopped
+        loss_value = float(parts["trainer"].get("loss", np.nan))
+        accuracy = float(parts["trainer"].get("accuracy", 0.0))
+    reported = task.evaluate(model) if step else 0.0
     model.train()
     while step < config.steps and accuracy < config.target:
         batch = task.batch(np.random.default_rng([config.seed, step]), config.batch_size)
@@ -163,30 +188,32 @@ def train(config: TrainConfig) -> dict[str, Any]:
         optimizer.step()
         step += 1
         loss_value = loss.item()
-        evaluated = step % task.defaults.eval_every == 0 or step == config.steps
-        if evaluated:
-            accuracy = task.evaluate(model)
-            progress.report(step, loss_value, accuracy)
+        scheduled = step % task.defaults.eval_every == 0
+        if scheduled or step == config.steps:  # the last step is evaluated for the report, not for stopping
+            reported = task.evaluate(model)
+            accuracy = reported if scheduled else accuracy
+            progress.report(step, loss_value, reported)
         if step % config.checkpoint_every == 0:
-            save_checkpoint(path, model, optimizer, step, config)
-        progress.update(loss_value, accuracy if evaluated else None, step / (time.perf_counter() - start))
+            save_checkpoint(path, model, optimizer, step, config, loss_value, accuracy)
+        progress.update(loss_value, reported if scheduled or step == config.steps else None,
+                        step / (time.perf_counter() - start))
     progress.close()
-    save_checkpoint(path, model, optimizer, step, config)
+    save_checkpoint(path, model, optimizer, step, config, loss_value, accuracy)
 
     metrics = {
         "task": task.name,
         "steps": step,
         "seconds": round(time.perf_counter() - start, 3),
-        "final_loss": loss_value,
-        "accuracy": accuracy,
+        "final_loss": loss_value if math.isfinite(loss_value) else None,  # strict JSON: no NaN
+        "accuracy": reported,
         "target": config.target,
-        "reached_target": accuracy >= config.target,
+        "reached_target": reported >= config.target,
         "seed": config.seed,
         "batch_size": config.batch_size,
         "lr": config.lr,
     }
     with open(os.path.join(config.out, "metrics.json"), "w") as f:
-        json.dump(metrics, f, indent=2)
+        json.dump(metrics, f, indent=2, allow_nan=False)
     if config.plot:
         from .viz import plot_attention
 
