@@ -198,6 +198,6 @@ def test_functional_additions_match_torch_with_gradients():
         np.testing.assert_allclose(a.grad.data, b.grad.numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_array_equal(T(x, False).argmax(1).data, torch.tensor(x).argmax(1).numpy())
     np.testing.assert_array_equal(T(x, False).argmin(0).data, torch.tensor(x).argmin(0).numpy())
-    ln, tln = ta.nn.LayerNorm(6, bias=False), torch.nn.LayerNorm(6, bias=False)
+    ln, tln = ta.nn.LayerNorm(6, bias=False), torch.nn.LayerNorm(6, bias=False, dtype=torch.float32)
     np.testing.assert_allclose(ln(ta.Tensor(x.astype(np.float32))).data,
                                tln(torch.tensor(x, dtype=torch.float32)).detach().numpy(), rtol=1e-5, atol=1e-6)
