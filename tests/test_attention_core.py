@@ -118,6 +118,7 @@ def test_softmax_of_an_all_nan_row_is_nan():
 def pool_mode(monkeypatch):
     """As after ta.set_num_threads(2): the pool runs the work, whatever its size."""
     monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(parallel, "MIN_ROWS_WORK", 0)
     monkeypatch.setattr(parallel, "blas_threads", lambda: 1)
     monkeypatch.setattr(parallel, "_num_threads", 2)
 

@@ -102,6 +102,7 @@ def small_blocks(monkeypatch):
     """Tiles of 4 queries x 3 keys (8 x 6 from 8 queries on) in chunks of 2 groups, so short sequences
     cross many tile borders, with the work shared among 3 threads however small it is."""
     monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(parallel, "MIN_ROWS_WORK", 0)
     monkeypatch.setattr(parallel, "blas_threads", lambda: 1)  # as after ta.set_num_threads: the pool runs
     monkeypatch.setattr(parallel, "_num_threads", 3)
     monkeypatch.setattr(layout, "BLOCK_Q", 4)

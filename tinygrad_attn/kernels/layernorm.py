@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import SAFE_FASTMATH
-from .parallel import run_rows, threads_for
+from .parallel import MIN_ROWS_WORK, run_rows, threads_for
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
@@ -96,7 +96,7 @@ def layer_norm_forward(x, weight, bias, eps):
 def layer_norm_backward(grad, x, weight, mean, rstd):
     """(dx (R, N), dw (N,), db (N,)) from the closed form above."""
     dx = np.empty_like(x)
-    parts = max(1, min(threads_for(x.size * 4, x.shape[0]), x.shape[0]))
+    parts = max(1, min(threads_for(x.size * 4, x.shape[0], MIN_ROWS_WORK), x.shape[0]))
     dw, db = np.zeros((parts, x.shape[1]), x.dtype), np.zeros((parts, x.shape[1]), x.dtype)
     run_rows(_backward_parallel, _backward_serial, x.size * 4, grad, x, weight, mean, rstd, dx, dw, db)
     return dx, dw.sum(0), db.sum(0)

@@ -30,9 +30,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-# Below this many multiply-adds (or element visits) an item list runs on the calling thread:
-# handing work to the pool and waiting for it costs tens of microseconds.
-MIN_PARALLEL_WORK = 1 << 18
+# Below this many multiply-adds an item list runs on the calling thread: handing work to Python threads
+# and waiting for it costs 60 to 100 us (thread wake-ups), so it pays only for work of a millisecond or more.
+MIN_PARALLEL_WORK = 1 << 25
+# Row kernels on numba's threads cost about 2 us a launch: they pay from this many element visits.
+MIN_ROWS_WORK = 1 << 15
 
 
 def _default_threads() -> int:
@@ -148,7 +150,7 @@ def run_rows(parallel_kernel: Callable, serial_kernel: Callable, work: float, *a
     thread, so setting it here changes nothing for other threads).
     """
     global _PRANGE_OK
-    n = threads_for(work, 1 << 30)
+    n = threads_for(work, 1 << 30, MIN_ROWS_WORK)
     if n > 1 and _PRANGE_OK is None:
         _PRANGE_OK = _safe_numba_layer()
     if n <= 1 or not _PRANGE_OK:
@@ -163,9 +165,9 @@ def run_rows(parallel_kernel: Callable, serial_kernel: Callable, work: float, *a
         numba.set_num_threads(previous)
 
 
-def threads_for(work: float, n_items: int) -> int:
+def threads_for(work: float, n_items: int, min_work: float | None = None) -> int:
     """How many threads `parallel_for` would use for n_items carrying `work` in all."""
-    if work < MIN_PARALLEL_WORK or getattr(_inside_worker, "active", False):
+    if work < (MIN_PARALLEL_WORK if min_work is None else min_work) or getattr(_inside_worker, "active", False):
         return 1
     if (blas_threads() or 1) > 1:  # BLAS parallelises each product: more threads would oversubscribe
         return 1
