@@ -199,6 +199,17 @@ def run_backward(root: Tensor, grad: np.ndarray, retain_graph: bool) -> None:
             ctx.release()
 
 
+def tensor_dtype(dtype: Any, op: str) -> np.dtype:
+    """`dtype` as a numpy dtype a tensor may have (float, integer or bool), or one clear TypeError."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{op}: dtype {dtype!r} is not a numpy dtype") from None
+    if dtype.kind not in "fiub":
+        raise TypeError(f"{op}: unsupported dtype {dtype} (expected a float, integer or bool dtype)")
+    return dtype
+
+
 def _short(value: Any, limit: int = 80) -> str:
     """repr(value) cut to `limit` characters, for error messages that must not echo a huge input."""
     text = repr(value)
@@ -234,13 +245,7 @@ class Tensor:
                 raise ValueError(f"Tensor: data must be a number or a rectangular nested list, got "
                                  f"{_short(data)} ({err})") from None
         if dtype is not None:
-            try:
-                wanted = np.dtype(dtype)
-            except TypeError:
-                raise TypeError(f"Tensor: dtype {dtype!r} is not a numpy dtype") from None
-            if wanted.kind not in "fiub":
-                raise TypeError(f"Tensor: unsupported dtype {wanted} (expected a float, integer or bool dtype)")
-            arr = arr.astype(wanted, copy=False)
+            arr = arr.astype(tensor_dtype(dtype, "Tensor"), copy=False)
         if arr.dtype.kind not in "fiub":
             raise TypeError(f"Tensor: unsupported dtype {arr.dtype} (expected a float, integer or bool array), "
                             f"from {_short(data)}")

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Context, Function, Tensor, is_grad_enabled
+from .engine import Context, Function, Tensor, is_grad_enabled, tensor_dtype
 
 # --- elementwise, two inputs ---------------------------------------------------
 
@@ -590,12 +590,7 @@ class _TensorMethods:
 
     def astype(self, dtype: Any) -> Tensor:
         """A differentiable cast: the gradient flows back in this tensor's dtype."""
-        try:
-            dtype = np.dtype(dtype)
-        except TypeError:
-            raise TypeError(f"astype: {dtype!r} is not a numpy dtype") from None
-        if dtype.kind not in "fiub":
-            raise TypeError(f"astype: unsupported dtype {dtype} (expected a float, integer or bool dtype)")
+        dtype = tensor_dtype(dtype, "astype")
         return self if dtype == self.dtype else Cast.apply(self, dtype=dtype)
 
     def float(self): return self.astype(np.float32)

@@ -123,6 +123,18 @@ def visible_keys(i, bk, q_start, k_start, causal):
     return max(min(bk, q_start + i - k_start + 1), 0) if causal else bk
 
 
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
+def exp_row(scores, g, i, limit, m):
+    """scores[g, i, :limit] <- exp(S - m), the rest of the row <- 0 (hidden keys); returns the row's sum."""
+    total = scores.dtype.type(0)
+    for j in range(limit):
+        p = exp_vectorizable(scores[g, i, j] - m)
+        scores[g, i, j] = p
+        total += p
+    scores[g, i, limit:] = 0  # a slice, which compiles to a memset (a loop from `limit` does not vectorise)
+    return total
+
+
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
 def softmax_tile(scores, maxima, sums, q_start, k_start, causal):
     """A query block's only key tile: scores (G, bq, bk) -> P = softmax(S) in place.
@@ -138,15 +150,10 @@ def softmax_tile(scores, maxima, sums, q_start, k_start, causal):
             m = row_max(scores, g, i, limit, scores.dtype.type(-np.inf))  # in the scores' dtype: exp stays float32
             if m == -np.inf:
                 limit = 0
-            total = scores.dtype.type(0)
-            for j in range(limit):
-                p = exp_vectorizable(scores[g, i, j] - m)
-                scores[g, i, j] = p
-                total += p
+            total = exp_row(scores, g, i, limit, m)
             inverse = scores.dtype.type(1) / total if limit else scores.dtype.type(0)
             for j in range(limit):
                 scores[g, i, j] *= inverse
-            scores[g, i, limit:] = 0  # a slice, which compiles to a memset (a loop from `limit` does not vectorise)
             maxima[g, i], sums[g, i] = m, total
 
 
@@ -166,12 +173,7 @@ def online_softmax_tile(scores, maxima, sums, alpha, q_start, k_start, causal):
             m = row_max(scores, g, i, limit, m_old)
             if m == -np.inf:  # nothing seen yet in this row: all its P are 0
                 limit = 0
-            total = scores.dtype.type(0)
-            for j in range(limit):
-                p = exp_vectorizable(scores[g, i, j] - m)
-                scores[g, i, j] = p
-                total += p
-            scores[g, i, limit:] = 0  # a slice, which compiles to a memset (a loop from `limit` does not vectorise)
+            total = exp_row(scores, g, i, limit, m)
             rescale = exp_vectorizable(m_old - m) if m_old > -np.inf else scores.dtype.type(0)
             alpha[g, i] = rescale
             sums[g, i] = sums[g, i] * rescale + total
