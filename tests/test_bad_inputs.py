@@ -58,6 +58,7 @@ CASES = [
     ("Embedding padding_idx", lambda: nn.Embedding(10, 4, padding_idx=10), ValueError, "padding_idx must be"),
     ("Embedding negative size", lambda: nn.Embedding(-1, 4), ValueError, "num_embeddings must be an int >= 0"),
     ("Linear float size", lambda: nn.Linear(2.5, 3), ValueError, "in_features must be an int >= 0, got 2.5"),
+    ("LayerNorm negative size", lambda: nn.LayerNorm(-3), ValueError, "normalized_shape must be an int >= 1, got -3"),
     ("MHA negative heads", lambda: nn.MultiHeadAttention(8, -2), ValueError, "num_heads must be a positive int"),
     ("Sequential of a number", lambda: nn.Sequential(nn.Linear(2, 2), 3), TypeError, "item 1 is a int"),
     ("Adam of None", lambda: optim.Adam([None]), TypeError, "NoneType"),

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             _tasks()
         else:
             _attend(args)
-    except (ValueError, TypeError, KeyError, IndexError, OSError) as err:
+    except (ValueError, TypeError, KeyError, IndexError, OSError, RuntimeError) as err:
         message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
         message = " ".join(message.split())  # one line
         if len(message) > 300:  # a huge input is not echoed whole

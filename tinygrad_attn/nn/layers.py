@@ -109,6 +109,8 @@ class LayerNorm(Module):
     def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True,
                  bias: bool = True):
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        for n in self.normalized_shape:
+            _size(n, "normalized_shape", "LayerNorm", minimum=1)
         self.eps = eps
         self.weight = Parameter(np.ones(self.normalized_shape, np.float32)) if elementwise_affine else None
         self.bias = Parameter(np.zeros(self.normalized_shape, np.float32)) if elementwise_affine and bias else None
