@@ -352,3 +352,19 @@ def test_layer_norm_parameter_gradients_match_reference(dtype):
     _, dw, db = layer_norm_backward(g, x, np.ones(5, dtype), mean.astype(dtype), rstd.astype(dtype))
     np.testing.assert_allclose(dw, (g * (x - mean[:, None]) * rstd[:, None]).sum(0), **tol(dtype))
     np.testing.assert_allclose(db, g.sum(0), **tol(dtype))
+
+
+@pytest.mark.parametrize("eps", [0.0, 1e-2])
+def test_layer_norm_dx_has_zero_mean_and_is_orthogonal_to_xhat_only_when_eps_is_zero(eps):
+    """The derivation page's claim: sum(dx) = 0 always; sum(dx * xhat) = mean(gw * xhat) N eps rstd^3."""
+    from tinygrad_attn.kernels.layernorm import layer_norm_backward, layer_norm_forward
+
+    rng = np.random.default_rng(0)
+    x, g, w = rng.normal(size=(3, 6)), rng.normal(size=(3, 6)), rng.normal(size=6)
+    _, mean, rstd = layer_norm_forward(x, w, np.zeros(6), eps)
+    dx, _, _ = layer_norm_backward(g, x, w, mean, rstd)
+    xhat = (x - mean[:, None]) * rstd[:, None]
+    np.testing.assert_allclose(dx.sum(-1), 0, atol=1e-12)
+    want = (g * w * xhat).mean(-1) * 6 * eps * rstd**3
+    np.testing.assert_allclose((dx * xhat).sum(-1), want, atol=1e-12)
+    assert (eps == 0) == np.allclose(want, 0)
