@@ -25,9 +25,9 @@ english, batch = task.answer(model, "J'aime l'IA")
 src, lengths, tgt_in = batch.inputs
 _, attention = model(src, tgt_in, lengths, return_attention=True)
 cross = attention["cross"][-1].data[0].mean(0)  # last decoder layer, averaged over heads: (Tt, Ts)
-queries = ["<s>"] + english.split()
+queries = [task.tgt_words[t] for t in batch.targets[0]]  # row i reads token i and writes token i + 1
 keys = [task.src_words[i] for i in src[0]]
-print("cross-attention (rows: English being written, columns: French words):")
+print("cross-attention (rows: the English word being written, columns: French words):")
 print(" " * 8 + "".join(f"{k:>8}" for k in keys))
 for name, row in zip(queries, cross):
     print(f"{name:>8}" + "".join(f"{p:8.2f}" for p in row))

@@ -56,3 +56,19 @@ def test_to_dot_renders_svg_with_graphviz(tmp_path):
     path = tmp_path / "graph.svg"
     to_dot(loss, render=str(path))
     assert "<svg" in path.read_text() and "MatMul" in path.read_text()
+
+
+def test_heatmap_grid_labels_queries_and_keys(tmp_path, monkeypatch):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from tinygrad_attn import viz
+
+    figures = []
+    monkeypatch.setattr(plt, "close", lambda fig: figures.append(fig))
+    weights = np.random.default_rng(0).dirichlet(np.ones(3), size=(2, 4))  # (H=2, Tq=4, Tk=3)
+    path = viz.heatmap_grid(weights, str(tmp_path / "h.png"), "title", queries=list("abcd"), keys=list("xyz"))
+    assert path and (tmp_path / "h.png").stat().st_size > 1000
+    axes = [a for a in figures[0].axes if a.get_title().startswith("head")]
+    assert [a.get_title() for a in axes] == ["head 0", "head 1"]
+    assert [t.get_text() for t in axes[0].get_yticklabels()] == list("abcd")
+    assert [t.get_text() for t in axes[1].get_xticklabels()] == list("xyz")
+    assert len(figures[0].axes) == 3  # the two heads and a colour bar

@@ -61,21 +61,27 @@ def plot_attention(task: Any, model: Any, batch: Any, path: str) -> str | None:
     return path
 
 
-def heatmap_grid(weights: np.ndarray, path: str, title: str = "") -> str | None:
-    """Save (H, Tq, Tk) attention weights as one heatmap per head."""
+def heatmap_grid(weights: np.ndarray, path: str, title: str = "", queries: list[str] | None = None,
+                 keys: list[str] | None = None) -> str | None:
+    """Save (H, Tq, Tk) attention weights as one heatmap per head (queries as rows, keys as columns),
+    labelled with `queries` and `keys` when given, with a colour bar; returns the path."""
+    import textwrap
+
     plt = _pyplot()
     if plt is None:
         return None
-    heads = weights.shape[0]
-    fig, axes = plt.subplots(1, heads, figsize=(2.6 * heads, 2.8), squeeze=False)
+    heads, tq, tk = weights.shape
+    queries = queries or [f"q{i}" for i in range(tq)]
+    keys = keys or [f"k{j}" for j in range(tk)]
+    fig, axes = plt.subplots(1, heads, figsize=(max(2.6 * heads, 4.5), 3.2), squeeze=False)
     for h in range(heads):
-        axes[0][h].imshow(weights[h], cmap="viridis", vmin=0, vmax=1)
+        image = axes[0][h].imshow(weights[h], cmap="viridis", vmin=0, vmax=1)
         axes[0][h].set_title(f"head {h}", fontsize=8)
-        axes[0][h].set_xticks([])
-        axes[0][h].set_yticks([])
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+        axes[0][h].set_xticks(range(tk), keys, fontsize=6, rotation=90)
+        axes[0][h].set_yticks(range(tq), queries if h == 0 else [""] * tq, fontsize=6)
+    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+    fig.suptitle("\n".join(textwrap.wrap(title, 60)), fontsize=9)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return path
 
