@@ -32,11 +32,27 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--threads", type=int, default=1,
                        help="threads for tinygrad_attn's pool, BLAS then on one (default 1: toy models are too "
                             "small for more to pay)")
-    train.add_argument("--target", type=float, help="stop at this held-out exact-match accuracy")
+    train.add_argument("--target", type=float,
+                       help="stop at this held-out accuracy (the text task: at this validation loss or below)")
+    train.add_argument("--data", help="the text task's UTF-8 file (default: the standard library's docstrings)")
+    train.add_argument("--block-size", type=int, help="the text task's window of characters (default 64)")
+    train.add_argument("--d-model", type=int, help="model width (default: the task's)")
+    train.add_argument("--heads", type=int, help="attention heads (default: the task's)")
+    train.add_argument("--layers", type=int, help="layers (default: the task's)")
+    train.add_argument("--dim-feedforward", type=int, help="feed-forward width (default: the task's)")
+    train.add_argument("--dropout", type=float, help="dropout (default: the task's, 0)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--no-plot", action="store_true", help="do not draw attention.png")
 
     commands.add_parser("tasks", help="list the tasks and their defaults")
+
+    generate = commands.add_parser("generate", help="continue a prompt with a trained model (KV cache)")
+    generate.add_argument("--run", required=True, help="a run folder written by `train`")
+    generate.add_argument("--prompt", required=True, help="the text to continue (the text task), or a task's input")
+    generate.add_argument("--tokens", type=int, default=200, help="how many characters to generate (text task)")
+    generate.add_argument("--temperature", type=float, default=1.0)
+    generate.add_argument("--top-k", type=int, help="sample among the k most likely (1: greedy)")
+    generate.add_argument("--seed", type=int, default=0)
 
     attend = commands.add_parser("attend", help="answer one input with a trained model and draw its attention")
     attend.add_argument("--run", required=True, help="a run folder written by `train`")
@@ -56,8 +72,10 @@ def _train(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
     if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
         raise ValueError(f"--lr must be a finite number > 0, got {args.lr}")
-    if args.target is not None and not 0.0 <= args.target <= 1.0:  # NaN fails this too
+    if args.target is not None and args.task != "text" and not 0.0 <= args.target <= 1.0:  # NaN fails this too
         raise ValueError(f"--target must be an accuracy in [0, 1], got {args.target}")
+    if args.target is not None and args.task == "text" and not (math.isfinite(args.target) and args.target >= 0):
+        raise ValueError(f"--target must be a validation loss >= 0, got {args.target}")
     if args.seed < 0:
         raise ValueError(f"--seed must be a non-negative int, got {args.seed}")
     out = args.out or os.path.join("runs", args.task)
@@ -67,9 +85,13 @@ def _train(args: argparse.Namespace) -> None:
     if args.threads < 1:
         raise ValueError(f"--threads must be at least 1, got {args.threads}")
     runtime.configure(threads=args.threads)  # the process settings a training run wants: see runtime.py
+    if args.task != "text" and (args.data is not None or args.block_size is not None):
+        raise ValueError(f"--data and --block-size are for the text task, not {args.task!r}")
     config = TrainConfig(task=args.task, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                          out=out, checkpoint_every=args.checkpoint_every, resume=args.resume, target=args.target,
-                         progress=not args.no_progress, plot=not args.no_plot)
+                         progress=not args.no_progress, plot=not args.no_plot, data=args.data,
+                         block_size=args.block_size, d_model=args.d_model, nhead=args.heads, num_layers=args.layers,
+                         dim_feedforward=args.dim_feedforward, dropout=args.dropout)
     metrics = train(config)
     print(json.dumps(metrics))
     print(f"wrote {out}/checkpoint.npz, metrics.json" + (", attention.png" if not args.no_plot else ""))
@@ -111,6 +133,28 @@ def _attend(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
+def _generate(args: argparse.Namespace) -> None:
+    from . import rng
+    from .train import load_run
+
+    if args.tokens < 0:
+        raise ValueError(f"--tokens must be >= 0, got {args.tokens}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be a non-negative int, got {args.seed}")
+    task, model, _ = load_run(args.run)
+    model.eval()
+    if task.name != "text":  # a built-in task: its answer to the prompt, as `attend` gives it
+        answer, _ = task.answer(model, args.prompt)
+        print(answer)
+        return
+    rng.manual_seed(args.seed)
+    prompt = task.encode(args.prompt)
+    if prompt.size == 0:
+        raise ValueError("--prompt: give at least one character")
+    out = model.generate(prompt[None, :], args.tokens, temperature=args.temperature, top_k=args.top_k)[0]
+    print(args.prompt + task.decode(out[prompt.size :]))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -118,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             _train(args)
         elif args.command == "tasks":
             _tasks()
+        elif args.command == "generate":
+            _generate(args)
         else:
             _attend(args)
     except (ValueError, TypeError, KeyError, IndexError, OSError, RuntimeError) as err:

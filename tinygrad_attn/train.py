@@ -26,7 +26,7 @@ from . import rng
 from .nn import Module
 from .optim import AdamW, clip_grad_norm_, warmup_cosine
 from .serialization import load, save
-from .tasks import Task, get_task
+from .tasks import Task, TextTask, get_task
 
 CHECKPOINT = "checkpoint.npz"
 
@@ -41,13 +41,29 @@ class TrainConfig:
     out: str | None = None  # default: runs/<task>
     checkpoint_every: int = 200
     resume: bool = False
-    target: float | None = None  # stop once held-out exact match reaches it (default: the task's)
+    target: float | None = None  # stop once the task's metric reaches it (default: the task's)
     progress: bool = True
     plot: bool = True
+    data: str | None = None  # the text task's file (default: the standard library's docstrings)
+    block_size: int | None = None  # the text task's window
+    d_model: int | None = None  # model size overrides (default: the task's)
+    nhead: int | None = None
+    num_layers: int | None = None
+    dim_feedforward: int | None = None
+    dropout: float | None = None
+    task_state: dict[str, Any] | None = None  # what rebuilds the task without its file (saved with the run)
+
+    def model_sizes(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("d_model", "nhead", "num_layers", "dim_feedforward", "dropout")}
 
     def resolved(self, task: Task) -> TrainConfig:
         d = task.defaults
         return TrainConfig(
+            data=self.data,
+            block_size=getattr(task, "block_size", None),
+            d_model=d.d_model, nhead=d.nhead, num_layers=d.num_layers, dim_feedforward=d.dim_feedforward,
+            dropout=d.dropout,
+            task_state=task.state(),
             task=task.name,
             steps=d.steps if self.steps is None else self.steps,
             batch_size=d.batch_size if self.batch_size is None else self.batch_size,
@@ -63,7 +79,7 @@ class TrainConfig:
 
 
 def save_checkpoint(path: str, model: Module, optimizer: AdamW, step: int, config: TrainConfig,
-                    loss: float = float("nan"), accuracy: float = 0.0) -> None:
+                    loss: float = float("nan"), accuracy: float = 0.0, history: list | None = None) -> None:
     """Everything a resumed run needs to continue exactly: weights, optimizer state, the step, the
     generator's state, the config, and the last loss and evaluated accuracy (so that a resumed run stops
     where an uninterrupted one would)."""
@@ -72,6 +88,7 @@ def save_checkpoint(path: str, model: Module, optimizer: AdamW, step: int, confi
     state["trainer/step"] = np.asarray(step)
     state["trainer/loss"] = np.asarray(loss)
     state["trainer/accuracy"] = np.asarray(accuracy)
+    state["trainer/history"] = np.asarray(json.dumps(history or []))
     state["trainer/rng"] = np.asarray(rng.state())
     state["trainer/config"] = np.asarray(json.dumps(vars(config)))
     save(state, path)
@@ -96,13 +113,27 @@ def load_checkpoint(path: str) -> dict[str, Any]:
     return parts
 
 
+def build_task(config: dict[str, Any], data: str | None = None) -> Task:
+    """A run's task from its config: the text task from its file (`data`) or from the saved vocabulary,
+    with the model size the config gives."""
+    if config.get("task") == "text":
+        if data is not None or not config.get("task_state"):
+            task = TextTask(data=data, block_size=config.get("block_size"))
+        else:
+            task = TextTask(**config["task_state"])
+    else:
+        task = get_task(config["task"], data)
+    sizes = {k: config.get(k) for k in ("d_model", "nhead", "num_layers", "dim_feedforward", "dropout")}
+    return task.with_model(**sizes)
+
+
 def load_run(out: str) -> tuple[Task, Module, dict[str, Any]]:
     """The task and trained model of a run folder."""
     path = os.path.join(out, CHECKPOINT)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint in {out} (expected {path})")
     parts = load_checkpoint(path)
-    task = get_task(parts["trainer"]["config"]["task"])
+    task = build_task(parts["trainer"]["config"])
     model = task.build_model()
     try:
         model.load_state_dict(parts["model"])
@@ -129,13 +160,13 @@ class _Progress:
         if self.bar is not None:
             fields = {"loss": f"{loss:.4f}", "steps/s": f"{rate:.1f}"}
             if accuracy is not None:
-                fields["acc"] = f"{accuracy:.3f}"
+                fields["eval"] = f"{accuracy:.3f}"
             self.bar.set_postfix(fields, refresh=False)
             self.bar.update(1)
 
-    def report(self, step: int, loss: float, accuracy: float) -> None:
+    def report(self, step: int, loss: float, value: float, metric: str = "accuracy") -> None:
         if self.enabled and self.bar is None:
-            print(f"step {step}: loss {loss:.4f}, held-out exact match {accuracy:.3f}", flush=True)
+            print(f"step {step}: loss {loss:.4f}, held-out {metric} {value:.4f}", flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -144,24 +175,36 @@ class _Progress:
 
 def train(config: TrainConfig) -> dict[str, Any]:
     """Train as `config` says; returns the metrics also written to <out>/metrics.json."""
-    task = get_task(config.task)
+    out = config.out or os.path.join("runs", config.task)
+    path = os.path.join(out, CHECKPOINT)
+    parts = None
+    if config.resume:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"--resume: no checkpoint in {out} (expected {path})")
+        parts = load_checkpoint(path)
+        saved = parts["trainer"]["config"]
+        if saved["task"] != config.task:
+            raise ValueError(f"--resume: {path} is a {saved['task']!r} run, not {config.task!r}")
+        for key in ("block_size", "d_model", "nhead", "num_layers", "dim_feedforward", "dropout"):
+            if getattr(config, key) is None:  # the run's own size unless the command line says otherwise
+                setattr(config, key, saved.get(key))
+    task = build_task({**vars(config), "task_state": None}, config.data)
+    if parts is not None and task.state() != (parts["trainer"]["config"].get("task_state") or {}):
+        raise ValueError(f"--resume: the text gives another vocabulary than the run's ({path}); give the same --data")
     config = config.resolved(task)
     if config.steps < 0 or config.batch_size <= 0 or config.lr <= 0 or config.checkpoint_every <= 0:
         raise ValueError("steps must be >= 0 and batch size, learning rate and checkpoint interval > 0")
     os.makedirs(config.out, exist_ok=True)
-    path = os.path.join(config.out, CHECKPOINT)
 
     rng.manual_seed(config.seed)
     model = task.build_model()
     optimizer = AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
     schedule = warmup_cosine(config.lr, task.defaults.warmup, task.defaults.steps, min_lr=config.lr * 0.05)
     step = 0
-    if config.resume:
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"--resume: no checkpoint in {config.out} (expected {path})")
-        parts = load_checkpoint(path)
-        if parts["trainer"]["config"]["task"] != task.name:
-            raise ValueError(f"--resume: {path} is a {parts['trainer']['config']['task']!r} run, not {task.name!r}")
+    history: list[dict[str, Any]] = []
+    unreached = 0.0 if task.higher_is_better else math.inf  # before any evaluation: accuracy 0, loss infinite
+    loss_value, value = float("nan"), unreached  # value: the last scheduled evaluation, which decides the stop
+    if parts is not None:
         try:
             model.load_state_dict(parts["model"])
             optimizer.load_state_dict(parts["optimizer"])
@@ -169,16 +212,15 @@ def train(config: TrainConfig) -> dict[str, Any]:
             raise ValueError(f"--resume: {path} does not match this run: {err.args[0]}") from None
         rng.set_state(str(parts["trainer"]["rng"]))
         step = int(parts["trainer"]["step"])
+        loss_value = float(parts["trainer"].get("loss", np.nan))  # as at the checkpoint: the run goes on
+        value = float(parts["trainer"].get("accuracy", unreached))  # as if it had never stopped
+        history = json.loads(str(parts["trainer"].get("history", "[]")))
 
     start = time.perf_counter()
     progress = _Progress(config.steps, min(step, config.steps), config.progress, task.name)
-    loss_value, accuracy = float("nan"), 0.0  # accuracy: of the last scheduled evaluation, which decides the stop
-    if config.resume:  # as they were at the checkpoint: the run goes on as if never stopped
-        loss_value = float(parts["trainer"].get("loss", np.nan))
-        accuracy = float(parts["trainer"].get("accuracy", 0.0))
-    reported = task.evaluate(model) if step else 0.0
+    reported = task.evaluate(model) if step else None
     model.train()
-    while step < config.steps and accuracy < config.target:
+    while step < config.steps and not task.reached(value, config.target):
         batch = task.batch(np.random.default_rng([config.seed, step]), config.batch_size)
         optimizer.lr = schedule(step)
         optimizer.zero_grad()
@@ -191,32 +233,48 @@ def train(config: TrainConfig) -> dict[str, Any]:
         scheduled = step % task.defaults.eval_every == 0
         if scheduled or step == config.steps:  # the last step is evaluated for the report, not for stopping
             reported = task.evaluate(model)
-            accuracy = reported if scheduled else accuracy
-            progress.report(step, loss_value, reported)
+            value = reported if scheduled else value
+            progress.report(step, loss_value, reported, task.metric)
+        if scheduled or step == config.steps or step % max(1, task.defaults.eval_every // 10) == 0:
+            history.append({"step": step, "loss": _finite(loss_value),
+                            task.metric: _finite(reported) if scheduled or step == config.steps else None,
+                            "lr": optimizer.lr, "seconds": round(time.perf_counter() - start, 3)})
         if step % config.checkpoint_every == 0:
-            save_checkpoint(path, model, optimizer, step, config, loss_value, accuracy)
+            save_checkpoint(path, model, optimizer, step, config, loss_value, value, history)
         progress.update(loss_value, reported if scheduled or step == config.steps else None,
                         step / (time.perf_counter() - start))
     progress.close()
-    save_checkpoint(path, model, optimizer, step, config, loss_value, accuracy)
+    if reported is None:  # no step was taken: report the model as it is
+        reported = task.evaluate(model)
+    save_checkpoint(path, model, optimizer, step, config, loss_value, value, history)
 
     metrics = {
         "task": task.name,
         "steps": step,
         "seconds": round(time.perf_counter() - start, 3),
-        "final_loss": loss_value if math.isfinite(loss_value) else None,  # strict JSON: no NaN
-        "accuracy": reported,
+        "final_loss": _finite(loss_value),  # strict JSON: no NaN
+        "metric": task.metric,
+        task.metric: _finite(reported),
         "target": config.target,
-        "reached_target": reported >= config.target,
+        "reached_target": reported is not None and task.reached(reported, config.target),
         "seed": config.seed,
         "batch_size": config.batch_size,
         "lr": config.lr,
+        "model": {k: getattr(config, k) for k in ("d_model", "nhead", "num_layers", "dim_feedforward", "dropout")},
+        "history": history,
     }
+    if task.metric == "val_loss" and metrics["val_loss"] is not None:
+        metrics["val_bits_per_char"] = round(TextTask.bits_per_character(metrics["val_loss"]), 4)
     with open(os.path.join(config.out, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2, allow_nan=False)
     if config.plot:
-        from .viz import plot_attention
+        from .viz import plot_attention, plot_curves
 
+        plot_curves(history, task.metric, os.path.join(config.out, "curves.png"))
         _, batch = task.answer(model, task.sample_prompt())
         plot_attention(task, model, batch, os.path.join(config.out, "attention.png"))
     return metrics
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x

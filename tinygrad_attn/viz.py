@@ -61,6 +61,24 @@ def plot_attention(task: Any, model: Any, batch: Any, path: str) -> str | None:
     return path
 
 
+def plot_curves(history: list[dict], metric: str, path: str) -> str | None:
+    """Training loss and the evaluation metric against step, side by side; returns the path."""
+    plt = _pyplot()
+    if plt is None or not history:
+        return None
+    steps = [h["step"] for h in history]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3))
+    left.plot(steps, [h["loss"] for h in history])
+    left.set(xlabel="step", ylabel="training loss", title="training loss")
+    evaluated = [h for h in history if h.get(metric) is not None]
+    right.plot([h["step"] for h in evaluated], [h[metric] for h in evaluated], marker="o", color="C1")
+    right.set(xlabel="step", ylabel=metric, title=f"held-out {metric}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def heatmap_grid(weights: np.ndarray, path: str, title: str = "", queries: list[str] | None = None,
                  keys: list[str] | None = None) -> str | None:
     """Save (H, Tq, Tk) attention weights as one heatmap per head (queries as rows, keys as columns),

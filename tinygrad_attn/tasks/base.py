@@ -10,7 +10,7 @@ match, since any wrong token fails both.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ class Defaults:
     nhead: int = 4
     num_layers: int = 2
     dim_feedforward: int = 256
+    dropout: float = 0.0
     warmup: int = 50
     eval_every: int = 50
     eval_size: int = 512
@@ -53,6 +54,32 @@ class Task:
     name = ""
     description = ""
     defaults: Defaults
+    metric = "accuracy"  # what `evaluate` returns (held-out exact match here) and `target` is about
+    higher_is_better = True
+
+    def reached(self, value: float, target: float) -> bool:
+        return value >= target if self.higher_is_better else value <= target
+
+    def state(self) -> dict[str, Any]:
+        """What, besides the name, rebuilds this task (the text task's vocabulary); saved with a run."""
+        return {}
+
+    def with_model(self, **sizes: Any) -> Task:
+        """Override the model's size (d_model, nhead, num_layers, dim_feedforward, dropout); returns self."""
+        unknown = set(sizes) - {"d_model", "nhead", "num_layers", "dim_feedforward", "dropout"}
+        if unknown:
+            raise ValueError(f"{self.name}: unknown model settings {sorted(unknown)}")
+        given = {k: v for k, v in sizes.items() if v is not None}
+        for key, value in given.items():
+            if key == "dropout" and not 0.0 <= value < 1.0:
+                raise ValueError(f"--dropout must be in [0, 1), got {value}")
+            if key != "dropout" and value < 1:
+                raise ValueError(f"--{key.replace('_', '-').replace('nhead', 'heads')} must be at least 1, got {value}")
+        merged = replace(self.defaults, **given)
+        if merged.d_model % merged.nhead:
+            raise ValueError(f"--d-model {merged.d_model} is not divisible by --heads {merged.nhead}")
+        self.defaults = merged
+        return self
 
     def batch(self, rng: np.random.Generator, size: int) -> Batch:
         raise NotImplementedError
@@ -129,7 +156,7 @@ class PromptAnswerTask(Task):
 
     def build_model(self) -> Module:
         d = self.defaults
-        return CausalLM(self.vocab_size, self.seq_len, d.d_model, d.nhead, d.num_layers, d.dim_feedforward)
+        return CausalLM(self.vocab_size, self.seq_len, d.d_model, d.nhead, d.num_layers, d.dim_feedforward, d.dropout)
 
     def format(self, tokens: np.ndarray) -> str:
         return " ".join(self.token_names[t] for t in tokens)

@@ -66,7 +66,7 @@ class Translation(Task):
     def build_model(self) -> Module:
         d = self.defaults
         return Seq2SeqTransformer(len(self.src_words), len(self.tgt_words), max(self.max_src, self.max_tgt),
-                                  d.d_model, d.nhead, d.num_layers, d.num_layers, d.dim_feedforward)
+                                  d.d_model, d.nhead, d.num_layers, d.num_layers, d.dim_feedforward, d.dropout)
 
     def logits(self, model, batch, return_attention=False):
         src, lengths, tgt_in = batch.inputs

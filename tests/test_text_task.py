@@ -1,0 +1,96 @@
+"""The text task and `generate`: training on a small file, exact resume, generation, errors, history."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tinygrad_attn import cli
+from tinygrad_attn.tasks import TextTask
+from tinygrad_attn.train import TrainConfig, load_checkpoint, load_run, train
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    path = tmp_path / "fox.txt"
+    path.write_text("the quick brown fox jumps over the lazy dog. " * 20 + "é ñ", encoding="utf-8")
+    return path
+
+
+def config(tmp_path, text_file, name, **kw):
+    settings = dict(task="text", data=str(text_file), steps=12, batch_size=4, block_size=16, d_model=16, nhead=2,
+                    num_layers=1, dim_feedforward=32, out=str(tmp_path / name), checkpoint_every=5, progress=False,
+                    plot=False)
+    settings.update(kw)
+    return TrainConfig(**settings)
+
+
+def test_text_task_splits_windows_and_vocabulary(text_file):
+    task = TextTask(data=str(text_file), block_size=16)
+    text = text_file.read_text(encoding="utf-8")
+    assert task.vocab == "".join(sorted(set(text))) and "é" in task.vocab
+    assert len(task.train_ids) == int(len(text) * 0.9) and len(task.val_ids) == len(text) - len(task.train_ids)
+    batch = task.batch(np.random.default_rng(0), 3)
+    assert batch.inputs.shape == (3, 16) and np.array_equal(batch.inputs[:, 1:], batch.targets[:, :-1])
+    assert task.decode(task.encode("quick")) == "quick"
+
+
+def test_train_resume_exactly_and_generate(tmp_path, text_file, capsys):
+    whole = train(config(tmp_path, text_file, "whole"))
+    train(config(tmp_path, text_file, "part", steps=5))
+    resumed = train(config(tmp_path, text_file, "part", resume=True, d_model=None, nhead=None, num_layers=None,
+                           dim_feedforward=None))  # the sizes come from the run
+    assert resumed["steps"] == whole["steps"] == 12 and resumed["val_loss"] == whole["val_loss"]
+    a, b = (load_checkpoint(str(tmp_path / n / "checkpoint.npz")) for n in ("whole", "part"))
+    for name in a["model"]:
+        assert np.array_equal(a["model"][name], b["model"][name]), name
+    metrics = json.loads((tmp_path / "part" / "metrics.json").read_text())
+    assert metrics["metric"] == "val_loss" and metrics["val_bits_per_char"] > 0
+    assert metrics["model"] == {"d_model": 16, "nhead": 2, "num_layers": 1, "dim_feedforward": 32, "dropout": 0.0}
+    history = metrics["history"]
+    assert [h["step"] for h in history][-1] == 12 and {"step", "loss", "val_loss", "lr", "seconds"} <= set(history[-1])
+    task, model, _ = load_run(str(tmp_path / "part"))  # rebuilt from the saved vocabulary: no file needed
+    assert task.vocab == TextTask(data=str(text_file)).vocab and model.config["d_model"] == 16
+    code = cli.main(["generate", "--run", str(tmp_path / "part"), "--prompt", "the ", "--tokens", "10",
+                     "--top-k", "1"])
+    out = capsys.readouterr().out.strip()
+    assert code == 0 and out.startswith("the ") and len(out) == 14
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no file"), (b"", "is empty"), (b"ab\0cd" * 50, "looks binary"), (b"\xff\xfe" * 50, "not UTF-8"),
+    (b"short text", "too short"),
+])
+def test_bad_text_files_give_one_clear_error(tmp_path, content, message, capsys):
+    path = tmp_path / "data.txt"
+    if content is not None:
+        path.write_bytes(content)
+    code = cli.main(["train", "--task", "text", "--data", str(path), "--steps", "1", "--out", str(tmp_path / "r"),
+                     "--no-progress", "--no-plot"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and str(path.name) in err and len(err.strip().splitlines()) == 1
+
+
+def test_generate_refuses_characters_outside_the_vocabulary(tmp_path, text_file, capsys):
+    train(config(tmp_path, text_file, "run", steps=1))
+    code = cli.main(["generate", "--run", str(tmp_path / "run"), "--prompt", "the Z@", "--tokens", "3"])
+    err = capsys.readouterr().err
+    assert code == 2 and "characters '@Z' are not in the run's vocabulary" in err
+
+
+def test_model_size_flags_are_saved_and_used(tmp_path, capsys):
+    code = cli.main(["train", "--task", "copy", "--steps", "2", "--heads", "1", "--d-model", "32", "--layers", "1",
+                     "--out", str(tmp_path / "c"), "--no-progress", "--no-plot"])
+    assert code == 0
+    _, model, _ = load_run(str(tmp_path / "c"))
+    assert model.config["nhead"] == 1 and model.config["d_model"] == 32 and len(model.layers) == 1
+    capsys.readouterr()
+    code = cli.main(["train", "--task", "copy", "--heads", "3", "--out", str(tmp_path / "d"), "--no-progress"])
+    assert code == 2 and "not divisible by --heads 3" in capsys.readouterr().err
+    code = cli.main(["generate", "--run", str(tmp_path / "c"), "--prompt", "3 1 4 1 5 9 2 6"])
+    assert code == 0 and len(capsys.readouterr().out.split()) == 8  # a built-in task answers like attend
+
+
+def test_default_corpus_needs_no_file():
+    task = TextTask()
+    assert task.source == "stdlib docstrings" and len(task.train_ids) > 10_000
