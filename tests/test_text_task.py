@@ -94,3 +94,30 @@ def test_model_size_flags_are_saved_and_used(tmp_path, capsys):
 def test_default_corpus_needs_no_file():
     task = TextTask()
     assert task.source == "stdlib docstrings" and len(task.train_ids) > 10_000
+
+
+def test_attention_pictures_label_tokens_and_draw_one_head_large(tmp_path, monkeypatch):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from tinygrad_attn.tasks import get_task
+    from tinygrad_attn.viz import plot_attention
+
+    figures = []
+    monkeypatch.setattr(plt, "close", lambda fig: figures.append(fig))
+    train(TrainConfig(task="translate", steps=2, out=str(tmp_path / "tr"), progress=False, plot=False))
+    task, model, _ = load_run(str(tmp_path / "tr"))
+    answer, batch = task.answer(model, "J'aime l'IA")
+    assert plot_attention(task, model, batch, str(tmp_path / "a.png"), title="input: J'aime l'IA")
+    axes = {a.get_title(): a for a in figures[-1].axes}
+    cross = axes["cross L0 H0"]
+    assert [t.get_text() for t in cross.get_xticklabels()] == ["j'", "aime", "l'", "ia"]  # source words
+    writes = [task.tgt_words[t] for t in batch.targets[0]]  # rows: the English word being written
+    assert [t.get_text() for t in cross.get_yticklabels()] == writes
+    assert "J'aime" in figures[-1]._suptitle.get_text() and "predicts" in figures[-1]._suptitle.get_text()
+    assert plot_attention(task, model, batch, str(tmp_path / "b.png"), head="1.2")
+    big = figures[-1].axes[0]
+    assert big.get_title() == "cross layer 1 head 2" and len(big.texts) == len(writes) * 4  # a weight per cell
+    with pytest.raises(ValueError, match="--head must be LAYER.HEAD"):
+        plot_attention(task, model, batch, str(tmp_path / "c.png"), head="x")
+    copy = get_task("copy")
+    _, copy_batch = copy.answer(copy.build_model(), copy.sample_prompt())
+    assert copy.labels(copy_batch)["self-attention"][0][-1] == copy.format(copy_batch.targets[0]).split()[-1]

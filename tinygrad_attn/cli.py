@@ -57,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     attend = commands.add_parser("attend", help="answer one input with a trained model and draw its attention")
     attend.add_argument("--run", required=True, help="a run folder written by `train`")
     attend.add_argument("--input", required=True, help='the prompt, e.g. "3 1 4 1 5 9 2 6"')
+    attend.add_argument("--head", help="draw one head large, with the weight in each cell: LAYER.HEAD, e.g. 0.1")
     return parser
 
 
@@ -128,7 +129,8 @@ def _attend(args: argparse.Namespace) -> None:
     path = os.path.join(args.run, "attend.png")
     if not os.access(args.run, os.W_OK):
         raise ValueError(f"--run: cannot write the picture {path}: the folder is not writable")
-    path = plot_attention(task, model, batch, path)
+    title = f"input: {args.input!r:.60}  answer: {answer!r:.60}"
+    path = plot_attention(task, model, batch, path, head=args.head, title=title)
     if path:
         print(f"wrote {path}")
 

@@ -271,8 +271,10 @@ def train(config: TrainConfig) -> dict[str, Any]:
         from .viz import plot_attention, plot_curves
 
         plot_curves(history, task.metric, os.path.join(config.out, "curves.png"))
-        _, batch = task.answer(model, task.sample_prompt())
-        plot_attention(task, model, batch, os.path.join(config.out, "attention.png"))
+        prompt = task.sample_prompt()
+        answer, batch = task.answer(model, prompt)
+        plot_attention(task, model, batch, os.path.join(config.out, "attention.png"),
+                       title=f"input: {prompt!r:.60}  answer: {answer!r:.60}")
     return metrics
 
 

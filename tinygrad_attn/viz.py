@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import textwrap
 from typing import Any
 
 import numpy as np
@@ -38,27 +39,71 @@ def attention_maps(task: Any, model: Any, batch: Any) -> dict[str, list[np.ndarr
     return {name: [w.data[0] for w in layers] for name, layers in groups.items()}
 
 
-def plot_attention(task: Any, model: Any, batch: Any, path: str) -> str | None:
-    """A grid of heatmaps, one row per layer (and attention kind), one column per head; returns the path."""
+def plot_attention(task: Any, model: Any, batch: Any, path: str, head: str | None = None,
+                   title: str = "") -> str | None:
+    """Attention heatmaps of the first example of `batch`, queries as rows and keys as columns, labelled
+    with the tokens (a decoder's row with the token it predicts), with a colour bar; one row of pictures
+    per layer (and attention kind), one column per head. head="L.H" draws that one head large with the
+    weight in each cell. Returns the path."""
     plt = _pyplot()
     if plt is None:
         return None
     maps = attention_maps(task, model, batch)
+    labels = task.labels(batch)
     rows = [(name, i, w) for name, layers in maps.items() for i, w in enumerate(layers)]
-    heads = rows[0][2].shape[0]
-    fig, axes = plt.subplots(len(rows), heads, figsize=(2.6 * heads, 2.6 * len(rows)), squeeze=False)
-    for r, (name, layer, weights) in enumerate(rows):
-        for h in range(heads):
-            ax = axes[r][h]
-            ax.imshow(weights[h], cmap="viridis", vmin=0, vmax=1)
-            ax.set_title(f"{name} L{layer} H{h}", fontsize=8)
-            ax.set_xticks([])
-            ax.set_yticks([])
-    fig.suptitle(f"{task.name}: rows attend (query) to columns (key)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    caption = (f"{task.name}: rows are queries (a decoder's row is labelled with the token it predicts), "
+               "columns are keys")
+    if head is not None:
+        layer, h = _parse_head(head, len(maps[next(iter(maps))]), rows[0][2].shape[0])
+        name = next(iter(maps)) if len(maps) == 1 else ("cross" if "cross" in maps else next(iter(maps)))
+        weights = maps[name][layer][h]
+        queries, keys = labels.get(name, (None, None))
+        fig, ax = plt.subplots(figsize=(1 + 0.6 * weights.shape[1], 1 + 0.5 * weights.shape[0]))
+        image = ax.imshow(weights, cmap="viridis", vmin=0, vmax=1)
+        for i in range(weights.shape[0]):
+            for j in range(weights.shape[1]):
+                ax.text(j, i, f"{weights[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                        color="black" if weights[i, j] > 0.5 else "white")
+        _ticks(ax, queries, keys, 8)
+        ax.set_title(f"{name} layer {layer} head {h}", fontsize=9)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    else:
+        heads = rows[0][2].shape[0]
+        fig, axes = plt.subplots(len(rows), heads, figsize=(2.8 * heads + 1, 2.8 * len(rows)), squeeze=False)
+        for r, (name, layer, weights) in enumerate(rows):
+            queries, keys = labels.get(name, (None, None))
+            for h in range(heads):
+                ax = axes[r][h]
+                image = ax.imshow(weights[h], cmap="viridis", vmin=0, vmax=1)
+                ax.set_title(f"{name} L{layer} H{h}", fontsize=8)
+                _ticks(ax, queries if h == 0 else None, keys, 6)
+        fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6)
+    fig.suptitle("\n".join(textwrap.wrap((title + "\n" if title else "") + caption, 90)), fontsize=9)
+    fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def _parse_head(head: str, layers: int, heads: int) -> tuple[int, int]:
+    try:
+        layer, h = (int(part) for part in head.split("."))
+    except ValueError:
+        raise ValueError(f"--head must be LAYER.HEAD, such as 0.1, got {head!r}") from None
+    if not (0 <= layer < layers and 0 <= h < heads):
+        raise ValueError(f"--head {head}: the model has layers 0..{layers - 1} and heads 0..{heads - 1}")
+    return layer, h
+
+
+def _ticks(ax: Any, queries: list[str] | None, keys: list[str] | None, size: int) -> None:
+    """Token names as tick labels; no ticks on an axis without names."""
+    if keys is not None:
+        ax.set_xticks(range(len(keys)), keys, fontsize=size, rotation=90)
+    else:
+        ax.set_xticks([])
+    if queries is not None:
+        ax.set_yticks(range(len(queries)), queries, fontsize=size)
+    else:
+        ax.set_yticks([])
 
 
 def plot_curves(history: list[dict], metric: str, path: str) -> str | None:
@@ -83,8 +128,6 @@ def heatmap_grid(weights: np.ndarray, path: str, title: str = "", queries: list[
                  keys: list[str] | None = None) -> str | None:
     """Save (H, Tq, Tk) attention weights as one heatmap per head (queries as rows, keys as columns),
     labelled with `queries` and `keys` when given, with a colour bar; returns the path."""
-    import textwrap
-
     plt = _pyplot()
     if plt is None:
         return None

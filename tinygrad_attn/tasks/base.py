@@ -84,6 +84,15 @@ class Task:
     def batch(self, rng: np.random.Generator, size: int) -> Batch:
         raise NotImplementedError
 
+    def token_name(self, token: int) -> str:
+        return str(token)
+
+    def labels(self, batch: Batch) -> dict[str, tuple[list[str], list[str]]]:
+        """Tick labels of the first example's attention maps: kind -> (query rows, key columns). A decoder's
+        row is labelled with the token it predicts (the next one), its columns with the tokens it reads."""
+        names = [self.token_name(int(t)) for t in batch.inputs[0]]
+        return {"self-attention": ([self.token_name(int(t)) for t in batch.targets[0]], names)}
+
     def eval_batch(self) -> Batch:
         return self.batch(np.random.default_rng(EVAL_SEED), self.defaults.eval_size)
 
@@ -157,6 +166,9 @@ class PromptAnswerTask(Task):
     def build_model(self) -> Module:
         d = self.defaults
         return CausalLM(self.vocab_size, self.seq_len, d.d_model, d.nhead, d.num_layers, d.dim_feedforward, d.dropout)
+
+    def token_name(self, token: int) -> str:
+        return self.token_names[token]
 
     def format(self, tokens: np.ndarray) -> str:
         return " ".join(self.token_names[t] for t in tokens)

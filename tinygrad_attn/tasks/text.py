@@ -97,6 +97,10 @@ class TextTask(Task):
                              f"({len(self.vocab)} characters)")
         return np.array([self.index[c] for c in text], dtype=np.int64)
 
+    def token_name(self, token: int) -> str:
+        char = self.vocab[token]
+        return "\u2423" if char == " " else repr(char)[1:-1]  # a space as a visible mark, a newline as \\n
+
     def decode(self, ids: np.ndarray) -> str:
         return "".join(self.vocab[i] for i in ids)
 

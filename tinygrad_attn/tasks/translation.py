@@ -84,6 +84,13 @@ class Translation(Task):
             raise ValueError(f"translate: at most {self.max_src} words, got {len(words)}")
         return np.array([self.src_index[w] for w in words], dtype=np.int64)
 
+    def labels(self, batch):
+        src, lengths, tgt_in = batch.inputs
+        source = [self.src_words[t] for t in src[0]]
+        reads = [self.tgt_words[t] for t in tgt_in[0]]
+        writes = [self.tgt_words[t] for t in batch.targets[0]]
+        return {"encoder": (source, source), "decoder_self": (writes, reads), "cross": (writes, source)}
+
     @no_grad()
     def answer(self, model, text):
         model.eval()
