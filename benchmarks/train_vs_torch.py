@@ -8,6 +8,7 @@ step and the wall time to the task's target exact-match accuracy, both
 frameworks in this process with the same thread count.
 
     python benchmarks/train_vs_torch.py --task reverse --threads 1
+    python benchmarks/train_vs_torch.py --task text --steps 300 --threads 1   # the default corpus
 """
 
 from __future__ import annotations
@@ -96,11 +97,15 @@ def run(framework, task, steps, seed, threads):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
 
-        def accuracy():
+        def metric():
             with torch.no_grad():
-                return task.exact_match(model(eval_tokens).numpy(), eval_batch)
+                logits = model(eval_tokens)
+                if task.metric == "val_loss":  # the text task: validation cross-entropy
+                    return float(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                                   torch.tensor(eval_batch.targets).reshape(-1)))
+                return task.exact_match(logits.numpy(), eval_batch)
     else:
-        ta.set_num_threads(threads)
+        ta.runtime.configure(threads)
         model = ours
         opt = optim.AdamW(model.parameters(), lr=d.lr, weight_decay=0.0)
 
@@ -112,7 +117,7 @@ def run(framework, task, steps, seed, threads):
             optim.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
 
-        def accuracy():
+        def metric():
             return task.evaluate(model)
 
     for step in range(steps):
@@ -120,10 +125,10 @@ def run(framework, task, steps, seed, threads):
         t0 = time.perf_counter()
         step_fn(batch, schedule(step))
         step_times.append(time.perf_counter() - t0)
-        if (step + 1) % d.eval_every == 0 and reached is None and accuracy() >= d.target:
+        if (step + 1) % d.eval_every == 0 and reached is None and task.reached(metric(), d.target):
             reached = (step + 1, time.perf_counter() - start)
             break
-    return statistics.median(step_times) * 1000, reached
+    return statistics.median(step_times) * 1000, reached, metric()
 
 
 def main():
@@ -147,7 +152,7 @@ def main():
             results[framework].append(run(framework, task, steps, args.seed, args.threads))
     print(f"task {task.name}, threads {args.threads}, batch {task.defaults.batch_size}, "
           f"target {task.defaults.target}, median over {args.rounds} alternating rounds")
-    print(f"  {'framework':<15}{'ms/step':>10}{'steps to target':>18}{'s to target':>14}")
+    print(f"  {'framework':<15}{'ms/step':>10}{'steps to target':>18}{'s to target':>14}{'final ' + task.metric:>18}")
     summary = {}
     for framework, runs in results.items():
         ms = statistics.median(r[0] for r in runs)
@@ -155,8 +160,9 @@ def main():
         steps_to = statistics.median(r[0] for r in reached) if reached else None
         secs = statistics.median(r[1] for r in reached) if reached else None
         summary[framework] = (ms, secs)
+        final = statistics.median(r[2] for r in runs)
         print(f"  {framework:<15}{ms:>10.2f}{steps_to if steps_to else '-':>18}"
-              f"{f'{secs:.1f}' if secs else 'not reached':>14}")
+              f"{f'{secs:.1f}' if secs else 'not reached':>14}{final:>18.4f}")
     (ours_ms, ours_s), (torch_ms, torch_s) = summary["tinygrad_attn"], summary["torch"]
     print(f"  ratio tinygrad_attn / torch: {ours_ms / torch_ms:.2f} per step"
           + (f", {ours_s / torch_s:.2f} to target" if ours_s and torch_s else ""))
