@@ -121,3 +121,13 @@ def test_attention_pictures_label_tokens_and_draw_one_head_large(tmp_path, monke
     copy = get_task("copy")
     _, copy_batch = copy.answer(copy.build_model(), copy.sample_prompt())
     assert copy.labels(copy_batch)["self-attention"][0][-1] == copy.format(copy_batch.targets[0]).split()[-1]
+
+
+def test_a_target_in_validation_loss_stops_the_run(tmp_path, text_file, monkeypatch):
+    from dataclasses import replace
+
+    monkeypatch.setattr(TextTask, "defaults", replace(TextTask.defaults, eval_every=5))
+    stopped = train(config(tmp_path, text_file, "t", steps=20, target=10.0))  # any loss is below 10
+    assert stopped["steps"] == 5 and stopped["reached_target"] and stopped["val_loss"] <= 10.0
+    never = train(config(tmp_path, text_file, "n", steps=10, target=0.0))
+    assert never["steps"] == 10 and not never["reached_target"]

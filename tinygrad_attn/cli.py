@@ -95,7 +95,7 @@ def _train(args: argparse.Namespace) -> None:
                          dim_feedforward=args.dim_feedforward, dropout=args.dropout)
     metrics = train(config)
     print(json.dumps(metrics))
-    print(f"wrote {out}/checkpoint.npz, metrics.json" + (", attention.png" if not args.no_plot else ""))
+    print(f"wrote {out}/checkpoint.npz, metrics.json" + (", curves.png, attention.png" if not args.no_plot else ""))
 
 
 def _check_out(out: str) -> None:

@@ -145,8 +145,8 @@ def load_run(out: str) -> tuple[Task, Module, dict[str, Any]]:
 class _Progress:
     """tqdm when it is installed, otherwise a line every few evaluations."""
 
-    def __init__(self, total: int, initial: int, enabled: bool, task: str):
-        self.bar = None
+    def __init__(self, total: int, initial: int, enabled: bool, task: str, metric: str = "accuracy"):
+        self.bar, self.metric = None, metric
         if enabled:
             try:
                 from tqdm import tqdm
@@ -159,14 +159,18 @@ class _Progress:
     def update(self, loss: float, accuracy: float | None, rate: float) -> None:
         if self.bar is not None:
             fields = {"loss": f"{loss:.4f}", "steps/s": f"{rate:.1f}"}
-            if accuracy is not None:
-                fields["eval"] = f"{accuracy:.3f}"
+            if accuracy is not None and self.metric == "val_loss":
+                fields["val_loss"] = f"{accuracy:.3f}"
+                fields["bpc"] = f"{accuracy / math.log(2):.3f}"  # bits per character
+            elif accuracy is not None:
+                fields[self.metric] = f"{accuracy:.3f}"
             self.bar.set_postfix(fields, refresh=False)
             self.bar.update(1)
 
     def report(self, step: int, loss: float, value: float, metric: str = "accuracy") -> None:
         if self.enabled and self.bar is None:
-            print(f"step {step}: loss {loss:.4f}, held-out {metric} {value:.4f}", flush=True)
+            bpc = f" ({value / math.log(2):.3f} bits per character)" if metric == "val_loss" else ""
+            print(f"step {step}: loss {loss:.4f}, held-out {metric} {value:.4f}{bpc}", flush=True)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -217,7 +221,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
         history = json.loads(str(parts["trainer"].get("history", "[]")))
 
     start = time.perf_counter()
-    progress = _Progress(config.steps, min(step, config.steps), config.progress, task.name)
+    progress = _Progress(config.steps, min(step, config.steps), config.progress, task.name, task.metric)
     reported = task.evaluate(model) if step else None
     model.train()
     while step < config.steps and not task.reached(value, config.target):
