@@ -147,10 +147,15 @@ def heatmap_grid(weights: np.ndarray, path: str, title: str = "", queries: list[
     return path
 
 
-def to_dot(tensor: Tensor, render: str | None = None) -> str:
+def to_dot(tensor: Tensor, render: str | None = None, names: Any = None) -> str:
     """The graph behind `tensor` as Graphviz DOT: one box per op with its output shape, leaves as ellipses
-    (with the gradient's norm once backward has run). With `render="graph.svg"` (or .png) the `dot` program,
-    when installed, also draws it."""
+    (with the gradient's norm once backward has run). `names` (a module, or a dict name -> tensor, such as
+    `dict(model.named_parameters())`) labels the leaves with their names. With `render="graph.svg"` (or
+    .png) the `dot` program, when installed (`apt-get install graphviz`, `brew install graphviz`), also
+    draws it."""
+    if names is not None and hasattr(names, "named_parameters"):
+        names = dict(names.named_parameters())
+    leaf_names = {id(t): name for name, t in (names or {}).items()}
     lines = ["digraph autograd {", "  rankdir=LR;", '  node [fontname="Helvetica", fontsize=10];']
     seen: set[int] = set()
     stack = [tensor]
@@ -161,7 +166,8 @@ def to_dot(tensor: Tensor, render: str | None = None) -> str:
         seen.add(id(node))
         if node._ctx is None:
             grad = "" if node.grad is None else f"\\ngrad norm {float(np.linalg.norm(node.grad.data)):.3g}"
-            lines.append(f'  n{id(node)} [shape=ellipse, label="leaf {node.shape}{grad}"];')
+            label = leaf_names.get(id(node), "leaf")
+            lines.append(f'  n{id(node)} [shape=ellipse, label="{label} {node.shape}{grad}"];')
             continue
         lines.append(f'  n{id(node)} [shape=box, label="{node._ctx.function.__name__}\\n{node.shape}"];')
         for parent in node._ctx.inputs:
