@@ -30,10 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-# Below this many multiply-adds an item list runs on the calling thread: handing work to Python threads
-# and waiting for it costs 60 to 100 us (thread wake-ups), so it pays only for work of a millisecond or more.
+# Below this many multiply-adds an item list runs on the calling thread: handing work to Python threads and
+# waiting for it (thread wake-ups) pays only for about a millisecond of work (docs/performance.md, Threads).
 MIN_PARALLEL_WORK = 1 << 25
-# Row kernels on numba's threads cost about 2 us a launch: they pay from this many element visits.
+# A launch on numba's threads costs far less, so row kernels pay from this many element visits.
 MIN_ROWS_WORK = 1 << 15
 
 
