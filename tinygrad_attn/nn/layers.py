@@ -127,7 +127,7 @@ def scatter_add_rows(num_rows: int, indices: np.ndarray, rows: np.ndarray) -> np
     """out[i] = sum of rows[n] over n with indices[n] == i; out is (num_rows, D).
 
     Sorting the indices and summing each run with np.add.reduceat is several
-    times faster than np.add.at (818 -> 114 us for 1024 rows of 64).
+    times faster than np.add.at, which handles one index at a time.
     """
     out = np.zeros((num_rows, rows.shape[-1]), dtype=rows.dtype)
     if indices.size == 0:
