@@ -62,10 +62,12 @@ def _openblas_library() -> ctypes.CDLL | None:
     return None
 
 
+_openblas = _openblas_library()  # looked up once; an op never calls into it but to read the thread count
+
+
 def _blas_function(names: tuple[str, ...], argtypes: list, restype) -> Callable | None:
-    library = _openblas_library()
     for name in names:
-        function = getattr(library, name, None) if library is not None else None
+        function = getattr(_openblas, name, None) if _openblas is not None else None
         if function is not None:
             function.argtypes, function.restype = argtypes, restype
             return function
