@@ -15,11 +15,12 @@ from numba import njit, prange
 from . import SAFE_FASTMATH
 from .parallel import run_rows
 from .softmax import _NO_MASK, row_max_and_sum
-from .tiles import exp_vectorizable
+from .tiles import exp_vectorizable, wide_vectors
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
 def _forward_row(x, target, ignore_index, loss, lse, r):
+    wide_vectors()
     if target[r] == ignore_index:
         loss[r], lse[r] = 0, 0
         return
@@ -30,6 +31,7 @@ def _forward_row(x, target, ignore_index, loss, lse, r):
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
 def _backward_row(x, target, lse, row_grad, ignore_index, dx, r):
+    wide_vectors()
     if target[r] == ignore_index:
         dx[r, :] = 0
         return

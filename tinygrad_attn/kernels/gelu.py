@@ -22,7 +22,7 @@ from numba import njit, prange
 
 from . import SAFE_FASTMATH
 from .parallel import run_rows
-from .tiles import exp_vectorizable
+from .tiles import exp_vectorizable, wide_vectors
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -49,6 +49,7 @@ def normal_cdf_f32(x):
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def _erf_gelu_f32(x, out, grad):
     """The float32 erf form: out = gelu(x), or grad * gelu'(x) when grad is not empty."""
+    wide_vectors()
     backward = grad.size > 0
     for i in range(x.size):  # from 0: numba then knows i >= 0 and adds no wraparound (which blocks vectors)
         v = x[i]
@@ -62,6 +63,7 @@ def _erf_gelu_f32(x, out, grad):
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def _erf_gelu_exact(x, out, grad):
     """The erf form with libm's erfc, for float64."""
+    wide_vectors()
     backward = grad.size > 0
     for i in range(x.size):  # from 0: numba then knows i >= 0 and adds no wraparound (which blocks vectors)
         v = x[i]
@@ -72,6 +74,7 @@ def _erf_gelu_exact(x, out, grad):
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def _tanh_gelu(x, out, grad):
     """PyTorch's tanh approximation, in x's dtype."""
+    wide_vectors()
     backward = grad.size > 0
     f = x.dtype.type
     half, one, cubic, k = f(0.5), f(1), f(0.044715), f(_SQRT_2_OVER_PI)

@@ -19,10 +19,12 @@ from numba import njit, prange
 
 from . import SAFE_FASTMATH
 from .parallel import MIN_ROWS_WORK, run_rows, threads_for
+from .tiles import wide_vectors
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
 def _forward_row(x, weight, bias, eps, y, mean, rstd, r):
+    wide_vectors()
     n = x.shape[1]
     s = x.dtype.type(0)
     for j in range(n):
@@ -41,6 +43,7 @@ def _forward_row(x, weight, bias, eps, y, mean, rstd, r):
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
 def _backward_rows(grad, x, weight, mean, rstd, dx, dw, db, start, stop):
     """dx for rows [start, stop), and their sums of g * xhat and g added into dw and db."""
+    wide_vectors()
     n = x.shape[1]
     for r in range(start, stop):
         mu, inv = mean[r], rstd[r]

@@ -21,7 +21,7 @@ from numba import njit, prange
 
 from . import SAFE_FASTMATH
 from .parallel import run_rows
-from .tiles import exp_vectorizable, maximum
+from .tiles import exp_vectorizable, maximum, wide_vectors
 
 _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
 
@@ -29,6 +29,7 @@ _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
 def row_max_and_sum(x, r, keep, has_mask):
     """The log-sum-exp of row r, as its max m and l = sum_j exp(x_j - m) over kept entries (l = 0: none)."""
+    wide_vectors()
     n = x.shape[1]
     m = x.dtype.type(-np.inf)
     for j in range(n):
@@ -45,6 +46,7 @@ def row_max_and_sum(x, r, keep, has_mask):
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
 def _softmax_row(x, keep, log, out, lse, r):
+    wide_vectors()
     has_mask = keep.shape[0] > 0
     n = x.shape[1]
     m, total = row_max_and_sum(x, r, keep, has_mask)
@@ -67,6 +69,7 @@ def _softmax_row(x, keep, log, out, lse, r):
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
 def _softmax_backward_row(y, grad, dx, r):
+    wide_vectors()
     dot = y.dtype.type(0)
     for j in range(y.shape[1]):
         dot += grad[r, j] * y[r, j]
@@ -76,6 +79,7 @@ def _softmax_backward_row(y, grad, dx, r):
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
 def _log_softmax_backward_row(y, grad, lse, dx, r):
+    wide_vectors()
     if lse[r] == -np.inf:
         dx[r, :] = 0
         return

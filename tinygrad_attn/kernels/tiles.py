@@ -11,7 +11,8 @@ are hidden and become 0.
 written with. Compiled, they become LLVM's NaN-propagating `maximum` and an
 exp made of a polynomial and an exponent shift, both of which LLVM turns into
 vector instructions; numba's `max` and `math.exp` do not vectorise. Without
-numba (NUMBA_DISABLE_JIT=1) their plain Python definitions run.
+numba (NUMBA_DISABLE_JIT=1) their plain Python definitions run. Each hot
+kernel here and in the row kernels starts with `wide_vectors()`.
 """
 
 from __future__ import annotations
@@ -55,6 +56,29 @@ def _maximum_compiled(a, b):
     return None
 
 
+def wide_vectors():
+    """Let LLVM vectorise the calling kernel with the widest vectors the CPU has (512 bits with AVX-512).
+
+    On AVX-512 CPUs LLVM otherwise prefers 256-bit vectors (wide instructions used to lower the
+    clock of older Intel parts); the exp-heavy loops here run faster with 512. Compiled, this marks
+    the calling function only: nothing else in the process changes. Without numba it does nothing.
+    """
+
+
+@intrinsic
+def _prefer_wide_vectors(typingctx):
+    def codegen(context, builder, signature, args):
+        # llvmlite's attribute set checks names against a fixed list that lacks LLVM's string attributes
+        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
+    return types.none(), codegen
+
+
+@overload(wide_vectors, inline="always")  # inlined, so the intrinsic marks the caller
+def _wide_vectors_compiled():
+    return lambda: _prefer_wide_vectors()
+
+
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
 def row_max(scores, g, i, limit, start):
     """max(start, scores[g, i, 0], ..., scores[g, i, limit - 1]), NaN if any of them is NaN.
@@ -62,6 +86,7 @@ def row_max(scores, g, i, limit, start):
     The kernels index the tile directly rather than pass row views, whose
     reference counting per row keeps this function from being inlined.
     """
+    wide_vectors()
     m = start
     for j in range(limit):
         m = maximum(m, scores[g, i, j])
@@ -126,6 +151,7 @@ def visible_keys(i, bk, q_start, k_start, causal):
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
 def exp_row(scores, g, i, limit, m):
     """scores[g, i, :limit] <- exp(S - m), the rest of the row <- 0 (hidden keys); returns the row's sum."""
+    wide_vectors()
     total = scores.dtype.type(0)
     for j in range(limit):
         p = exp_vectorizable(scores[g, i, j] - m)
@@ -143,6 +169,7 @@ def softmax_tile(scores, maxima, sums, q_start, k_start, causal):
     row's max m and sum l of exp(S - m), from which lse = m + log l. Masked entries become 0; a row with
     nothing to attend to is all 0, with l = 0.
     """
+    wide_vectors()
     groups, bq, bk = scores.shape
     for g in range(groups):
         for i in range(bq):
@@ -165,6 +192,7 @@ def online_softmax_tile(scores, maxima, sums, alpha, q_start, k_start, causal):
     entries become 0. maxima (G, bq) becomes m'; alpha (G, bq) receives exp(m - m'), which rescales
     what was accumulated under the old max; sums (G, bq) becomes l * alpha + sum_j P_j.
     """
+    wide_vectors()
     groups, bq, bk = scores.shape
     for g in range(groups):
         for i in range(bq):
@@ -183,6 +211,7 @@ def online_softmax_tile(scores, maxima, sums, alpha, q_start, k_start, causal):
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
 def probs_from_lse(scores, lse, q_start, k_start, causal):
     """scores (G, bq, bk) -> P = exp(S - lse) in place, recomputed for the backward; 0 where masked or dead."""
+    wide_vectors()
     groups, bq, bk = scores.shape
     for g in range(groups):
         for i in range(bq):
@@ -197,6 +226,7 @@ def probs_from_lse(scores, lse, q_start, k_start, causal):
 def score_gradient(probs, grad_probs, delta, scale):
     """grad_probs (G, bq, bk) -> scale * dS, dS = P * (dP - delta), in place: the softmax backward of a
     tile, times the score scale that dQ = scale dS K and dK = scale dS^T Q both need."""
+    wide_vectors()
     groups, bq, bk = probs.shape
     for g in range(groups):
         for i in range(bq):
