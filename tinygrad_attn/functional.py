@@ -158,10 +158,15 @@ def layer_norm(
             raise ValueError(f"layer_norm: {name} has shape {p.shape}, expected {normalized_shape}")
     dtype = np.result_type(*(t.dtype for t in (x, weight, bias) if t is not None))
     n = int(np.prod(normalized_shape))
-    weight = Tensor(np.ones(n, dtype)) if weight is None else weight.astype(dtype).reshape(n)
-    bias = Tensor(np.zeros(n, dtype)) if bias is None else bias.astype(dtype).reshape(n)
-    flat = x.astype(dtype).reshape(x.shape[: x.ndim - k] + (n,))
-    return LayerNorm.apply(flat, weight, bias, eps=eps).reshape(x.shape)
+
+    def rows(t: Tensor, shape: tuple[int, ...]) -> Tensor:  # no reshape node when the shape is already right
+        t = t.astype(dtype)
+        return t if t.shape == shape else t.reshape(shape)
+
+    weight = Tensor(np.ones(n, dtype)) if weight is None else rows(weight, (n,))
+    bias = Tensor(np.zeros(n, dtype)) if bias is None else rows(bias, (n,))
+    out = LayerNorm.apply(rows(x, x.shape[: x.ndim - k] + (n,)), weight, bias, eps=eps)
+    return out if out.shape == x.shape else out.reshape(x.shape)
 
 
 class Gelu(Function):
@@ -205,10 +210,14 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
 
 
 class CrossEntropy(Function):
-    """Per-row loss lse - x[target] of logits (N, C); backward softmax - onehot, one-hot never built."""
+    """Per-row loss lse - x[target] of logits (N, C); backward softmax - onehot, one-hot never built.
+
+    With `total_scale` s given, the output is the one number s * sum of the losses ("sum" is s = 1,
+    "mean" s = 1 / count), so a reduced loss is one node.
+    """
 
     @staticmethod
-    def forward(ctx, logits, target, ignore_index):
+    def forward(ctx, logits, target, ignore_index, total_scale=None):
         x2 = np.ascontiguousarray(logits)
         if x2.ndim != 2 or np.shape(target) != x2.shape[:1]:
             raise ValueError(f"CrossEntropy: logits (N, C) and target (N,) expected, got {x2.shape} and "
@@ -216,12 +225,14 @@ class CrossEntropy(Function):
         target = np.ascontiguousarray(target)
         loss, lse = cross_entropy_forward(x2, target, ignore_index)  # checks every target against C first
         ctx.save_for_backward(x2, target, lse)
-        ctx.ignore_index = ignore_index
-        return loss
+        ctx.ignore_index, ctx.total_scale = ignore_index, total_scale
+        return loss if total_scale is None else np.asarray(loss.sum() * total_scale, dtype=loss.dtype)
 
     @staticmethod
     def backward(ctx, grad):
         x2, target, lse = ctx.saved_tensors
+        if ctx.total_scale is not None:  # d(s * sum loss)/d loss_i = s for every row
+            grad = np.full(x2.shape[0], grad * ctx.total_scale, dtype=x2.dtype)
         return cross_entropy_backward(x2, target, lse, np.ascontiguousarray(grad), ctx.ignore_index)
 
 
@@ -252,14 +263,17 @@ def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reducti
     classes = logits.shape[-1]
     counted = target != ignore_index
     rows = logits.reshape(-1, classes)
-    losses = CrossEntropy.apply(rows, target=target.reshape(-1).astype(np.int64), ignore_index=ignore_index)
+    flat_target = target.reshape(-1).astype(np.int64)
+    total_scale = 1.0 if reduction == "sum" else 1.0 / max(int(counted.sum()), 1)
+    if reduction != "none" and label_smoothing == 0:  # the common case: one node
+        return CrossEntropy.apply(rows, target=flat_target, ignore_index=ignore_index, total_scale=total_scale)
+    losses = CrossEntropy.apply(rows, target=flat_target, ignore_index=ignore_index)
     if label_smoothing > 0:
         uniform = -log_softmax(rows, -1).mean(-1) * Tensor(counted.reshape(-1).astype(rows.dtype))  # mean_c -log p_c
         losses = losses * (1.0 - label_smoothing) + uniform * label_smoothing
     if reduction == "none":
         return losses.reshape(target.shape)
-    total = losses.sum()
-    return total if reduction == "sum" else total * (1.0 / max(int(counted.sum()), 1))
+    return losses.sum() * total_scale
 
 
 class FlashAttention(Function):

@@ -24,7 +24,7 @@ def _forward_row(x, target, ignore_index, loss, lse, r):
     if target[r] == ignore_index:
         loss[r], lse[r] = 0, 0
         return
-    m, total = row_max_and_sum(x, r, _NO_MASK, False)
+    m, total = row_max_and_sum(x, r, _NO_MASK, False, x[r, :0])
     lse[r] = m + np.log(total)
     loss[r] = lse[r] - x[r, target[r]]
 

@@ -45,48 +45,58 @@ def normal_cdf_f32(x):
     return np.float32(1) - half_erfc if x > 0 else half_erfc
 
 
-# error_model="numpy": no ZeroDivisionError check on a division, which would keep LLVM from vectorising
+# error_model="numpy": no ZeroDivisionError check on a division, which would keep LLVM from vectorising.
+# Each kernel has a forward loop and a backward loop: one loop testing `backward` inside runs both at
+# half speed. Each loop starts at 0: numba then knows i >= 0 and adds no wraparound (which blocks vectors).
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def _erf_gelu_f32(x, out, grad):
     """The float32 erf form: out = gelu(x), or grad * gelu'(x) when grad is not empty."""
     wide_vectors()
-    backward = grad.size > 0
-    for i in range(x.size):  # from 0: numba then knows i >= 0 and adds no wraparound (which blocks vectors)
+    if grad.size == 0:
+        for i in range(x.size):
+            out[i] = x[i] * normal_cdf_f32(x[i])
+        return
+    for i in range(x.size):
         v = x[i]
-        cdf = normal_cdf_f32(v)
-        if backward:
-            out[i] = grad[i] * (cdf + v * exp_vectorizable(np.float32(-0.5) * v * v) * np.float32(_INV_SQRT_2PI))
-        else:
-            out[i] = v * cdf
+        density = exp_vectorizable(np.float32(-0.5) * v * v) * np.float32(_INV_SQRT_2PI)  # phi(v)
+        out[i] = grad[i] * (normal_cdf_f32(v) + v * density)
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def _erf_gelu_exact(x, out, grad):
     """The erf form with libm's erfc, for float64."""
     wide_vectors()
-    backward = grad.size > 0
-    for i in range(x.size):  # from 0: numba then knows i >= 0 and adds no wraparound (which blocks vectors)
+    if grad.size == 0:
+        for i in range(x.size):
+            out[i] = x[i] * (0.5 * math.erfc(-x[i] * _INV_SQRT2))
+        return
+    for i in range(x.size):
         v = x[i]
-        cdf = 0.5 * math.erfc(-v * _INV_SQRT2)
-        out[i] = grad[i] * (cdf + v * math.exp(-0.5 * v * v) * _INV_SQRT_2PI) if backward else v * cdf
+        out[i] = grad[i] * (0.5 * math.erfc(-v * _INV_SQRT2) + v * math.exp(-0.5 * v * v) * _INV_SQRT_2PI)
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
+def _tanh_u(v, f):
+    """tanh(u), u = sqrt(2 / pi) (v + 0.044715 v^3), from e = exp(-2 |u|) <= 1: no overflow, and it vectorises."""
+    u = f(_SQRT_2_OVER_PI) * (v + f(0.044715) * v * v * v)
+    e = exp_vectorizable(f(-2) * abs(u))
+    return (f(1) - e) / (f(1) + e) if u >= 0 else (e - f(1)) / (f(1) + e)
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def _tanh_gelu(x, out, grad):
     """PyTorch's tanh approximation, in x's dtype."""
     wide_vectors()
-    backward = grad.size > 0
     f = x.dtype.type
     half, one, cubic, k = f(0.5), f(1), f(0.044715), f(_SQRT_2_OVER_PI)
-    for i in range(x.size):  # from 0: numba then knows i >= 0 and adds no wraparound (which blocks vectors)
+    if grad.size == 0:
+        for i in range(x.size):
+            out[i] = half * x[i] * (one + _tanh_u(x[i], f))
+        return
+    for i in range(x.size):
         v = x[i]
-        u = k * (v + cubic * v * v * v)
-        e = exp_vectorizable(f(-2) * abs(u))  # tanh |u| = (1 - e) / (1 + e), e <= 1: no overflow, and it vectorises
-        th = (one - e) / (one + e) if u >= 0 else (e - one) / (one + e)
-        if backward:
-            out[i] = grad[i] * (half * (one + th) + half * v * (one - th * th) * k * (one + f(3) * cubic * v * v))
-        else:
-            out[i] = half * v * (one + th)
+        th = _tanh_u(v, f)
+        out[i] = grad[i] * (half * (one + th) + half * v * (one - th * th) * k * (one + f(3) * cubic * v * v))
 
 
 _CHUNK = 4096  # elements per prange step

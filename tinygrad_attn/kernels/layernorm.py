@@ -26,15 +26,16 @@ from .tiles import wide_vectors
 def _forward_row(x, weight, bias, eps, y, mean, rstd, r):
     wide_vectors()
     n = x.shape[1]
+    size = x.dtype.type(n)  # dividing by the int n would turn float32 rows into float64 arithmetic
     s = x.dtype.type(0)
     for j in range(n):
         s += x[r, j]
-    mu = s / n
+    mu = s / size
     var = x.dtype.type(0)
     for j in range(n):
         d = x[r, j] - mu
         var += d * d
-    inv = x.dtype.type(1) / np.sqrt(var / n + eps)
+    inv = x.dtype.type(1) / np.sqrt(var / size + eps)
     mean[r], rstd[r] = mu, inv
     for j in range(n):
         y[r, j] = (x[r, j] - mu) * inv * weight[j] + bias[j]
@@ -56,8 +57,8 @@ def _backward_rows(grad, x, weight, mean, rstd, dx, dw, db, start, stop):
             mean_gw_xhat += gw * xhat
             dw[j] += grad[r, j] * xhat
             db[j] += grad[r, j]
-        mean_gw /= n
-        mean_gw_xhat /= n
+        mean_gw /= x.dtype.type(n)  # in x's dtype: an int divisor would make float32 rows float64
+        mean_gw_xhat /= x.dtype.type(n)
         for j in range(n):
             xhat = (x[r, j] - mu) * inv
             dx[r, j] = inv * (grad[r, j] * weight[j] - mean_gw - xhat * mean_gw_xhat)

@@ -27,8 +27,12 @@ _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
-def row_max_and_sum(x, r, keep, has_mask):
-    """The log-sum-exp of row r, as its max m and l = sum_j exp(x_j - m) over kept entries (l = 0: none)."""
+def row_max_and_sum(x, r, keep, has_mask, exps):
+    """The log-sum-exp of row r, as its max m and l = sum_j exp(x_j - m) over kept entries (l = 0: none).
+
+    When `exps` is a row of x's length, exp(x_j - m) is also kept there (0 where masked), so softmax
+    computes each exp once; pass an empty array otherwise.
+    """
     wide_vectors()
     n = x.shape[1]
     m = x.dtype.type(-np.inf)
@@ -38,9 +42,15 @@ def row_max_and_sum(x, r, keep, has_mask):
     total = x.dtype.type(0)
     if m == -np.inf:
         return m, total
-    for j in range(n):
-        if not has_mask or keep[r, j]:
-            total += exp_vectorizable(x[r, j] - m)
+    if exps.size == 0:
+        for j in range(n):
+            if not has_mask or keep[r, j]:
+                total += exp_vectorizable(x[r, j] - m)
+        return m, total
+    for j in range(n):  # a separate loop: a test of exps.size inside one loop would slow both
+        e = exp_vectorizable(x[r, j] - m) if not has_mask or keep[r, j] else x.dtype.type(0)
+        exps[j] = e
+        total += e
     return m, total
 
 
@@ -49,7 +59,7 @@ def _softmax_row(x, keep, log, out, lse, r):
     wide_vectors()
     has_mask = keep.shape[0] > 0
     n = x.shape[1]
-    m, total = row_max_and_sum(x, r, keep, has_mask)
+    m, total = row_max_and_sum(x, r, keep, has_mask, out[r, :0] if log else out[r])
     if m == -np.inf:  # nothing to attend to
         out[r, :] = 0
         lse[r] = -np.inf
@@ -63,8 +73,7 @@ def _softmax_row(x, keep, log, out, lse, r):
     else:
         inverse = x.dtype.type(1) / total
         for j in range(n):
-            kept = not has_mask or keep[r, j]
-            out[r, j] = exp_vectorizable(x[r, j] - m) * inverse if kept else 0
+            out[r, j] *= inverse
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
