@@ -15,10 +15,10 @@ from numba import njit
 import tinygrad_attn as ta
 from tinygrad_attn import functional as F
 from tinygrad_attn.kernels import flash, layout, parallel, tiles
-from tinygrad_attn.kernels.cross_entropy import cross_entropy_forward, cross_entropy_reference
+from tinygrad_attn.kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward, cross_entropy_reference
 from tinygrad_attn.kernels.gelu import gelu_backward, gelu_forward, gelu_reference
-from tinygrad_attn.kernels.layernorm import layer_norm_forward, layer_norm_reference
-from tinygrad_attn.kernels.softmax import softmax_forward, softmax_reference
+from tinygrad_attn.kernels.layernorm import layer_norm_backward, layer_norm_forward, layer_norm_reference
+from tinygrad_attn.kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward, softmax_reference
 
 pytestmark = pytest.mark.kernels
 DTYPES = [np.float32, np.float64]
@@ -95,6 +95,45 @@ def test_gelu_backward_kernel_matches_finite_differences(approximate):
     np.testing.assert_allclose(gelu_backward(x, grad, approximate), numeric, rtol=1e-7, atol=1e-9)
     got32 = gelu_backward(x.astype(np.float32), grad.astype(np.float32), approximate)
     np.testing.assert_allclose(got32, numeric, rtol=2e-5, atol=1e-5)  # float32 rounding, about 2^-17 of |grad|
+
+
+def _row_kernel_results(rng_seed, rows, n, dtype):
+    """Every row kernel's forward and backward outputs on one random input."""
+    rng = np.random.default_rng(rng_seed)
+    x, g = ((rng.normal(size=(rows, n)) * 3).astype(dtype) for _ in range(2))
+    keep = rng.random((rows, n)) > 0.3
+    target = rng.integers(0, n, rows)
+    target[::3] = -100
+    w, b = (rng.normal(size=n).astype(dtype) for _ in range(2))
+    results = []
+    for mask in (np.zeros((0, 0), bool), keep):
+        y, _ = softmax_forward(x, mask, False)
+        y_log, lse = softmax_forward(x, mask, True)
+        results += [y, y_log, lse, softmax_backward(y, g), log_softmax_backward(y_log, g, lse)]
+    y, mean, rstd = layer_norm_forward(x, w, b, 1e-5)
+    results += [y, *layer_norm_backward(g, x, w, mean, rstd)]
+    loss, lse = cross_entropy_forward(x, target, -100)
+    results += [loss, cross_entropy_backward(x, target, lse, g[:, 0].copy(), -100)]
+    flat, flat_g = x.reshape(-1), g.reshape(-1)
+    for approximate in (False, True):
+        results += [gelu_forward(flat, approximate), gelu_backward(flat, flat_g, approximate)]
+    return results
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(rows=st.integers(1, 40), n=st.integers(1, 70), seed=st.integers(0, 2**16))
+def test_row_kernels_on_numba_threads_equal_the_serial_ones(monkeypatch, dtype, rows, n, seed):
+    """The prange drivers (parts of rows on numba's threads) against the same kernels on one thread."""
+    serial = _row_kernel_results(seed, rows, n, dtype)
+    with monkeypatch.context() as m:  # as after ta.set_num_threads(3): row kernels run on numba's threads
+        m.setattr(parallel, "MIN_ROWS_WORK", 0)
+        m.setattr(parallel, "blas_threads", lambda: 1)
+        m.setattr(parallel, "_num_threads", 3)
+        assert parallel.row_parts(rows, 1.0) == min(rows, 12) or not parallel._safe_numba_layer()
+        threaded = _row_kernel_results(seed, rows, n, dtype)
+    for got, want in zip(threaded, serial, strict=True):  # dw, db: sums over rows in another order
+        slack = 4 * np.finfo(dtype).eps * rows * np.abs(want[np.isfinite(want)]).max(initial=0)
+        np.testing.assert_allclose(got, want, rtol=tol(dtype)["rtol"], atol=tol(dtype)["atol"] + slack)
 
 
 @pytest.fixture

@@ -3,8 +3,9 @@
 Every kernel is a module-level `@njit(cache=True, nogil=True)` function, so
 the compiled code is cached on disk and reused by the next process, and
 several threads can run it at once. Matrix products are left to numpy's
-BLAS. Parallel work goes through one pool (parallel.py), never numba's own
-threads, so no numba threading layer is started.
+BLAS. Attention's parallel work goes through one pool of Python threads
+(parallel.py); row kernels use numba's threads (`prange`) only after
+`set_num_threads` and only on a threading layer that several callers may share.
 """
 
 # Reassociation and contraction let LLVM vectorise reductions.

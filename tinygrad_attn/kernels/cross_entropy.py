@@ -15,53 +15,46 @@ from numba import njit, prange
 from . import SAFE_FASTMATH
 from .parallel import run_rows
 from .softmax import _NO_MASK, row_max_and_sum
-from .tiles import exp_vectorizable, wide_vectors
+from .tiles import exp_vectorizable, part_rows, wide_vectors
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
-def _forward_row(x, target, ignore_index, loss, lse, r):
+# Each kernel loops over rows [start, stop) (see softmax.py for why not a function per row).
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
+def _forward_rows(x, target, ignore_index, loss, lse, start, stop):
     wide_vectors()
-    if target[r] == ignore_index:
-        loss[r], lse[r] = 0, 0
-        return
-    m, total = row_max_and_sum(x, r, _NO_MASK, False, x[r, :0])
-    lse[r] = m + np.log(total)
-    loss[r] = lse[r] - x[r, target[r]]
-
-
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
-def _backward_row(x, target, lse, row_grad, ignore_index, dx, r):
-    wide_vectors()
-    if target[r] == ignore_index:
-        dx[r, :] = 0
-        return
-    for c in range(x.shape[1]):
-        dx[r, c] = exp_vectorizable(x[r, c] - lse[r]) * row_grad[r]
-    dx[r, target[r]] -= row_grad[r]
-
-
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
-def _forward_parallel(x, target, ignore_index, loss, lse):
-    for r in prange(x.shape[0]):
-        _forward_row(x, target, ignore_index, loss, lse, r)
+    for r in range(start, stop):
+        if target[r] == ignore_index:
+            loss[r], lse[r] = 0, 0
+            continue
+        m, total = row_max_and_sum(x, r, _NO_MASK, False)
+        lse[r] = m + np.log(total)
+        loss[r] = lse[r] - x[r, target[r]]
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
-def _forward_serial(x, target, ignore_index, loss, lse):
-    for r in range(x.shape[0]):
-        _forward_row(x, target, ignore_index, loss, lse, r)
+def _backward_rows(x, target, lse, row_grad, ignore_index, dx, start, stop):
+    wide_vectors()
+    for r in range(start, stop):
+        if target[r] == ignore_index:
+            dx[r, :] = 0
+            continue
+        for c in range(x.shape[1]):
+            dx[r, c] = exp_vectorizable(x[r, c] - lse[r]) * row_grad[r]
+        dx[r, target[r]] -= row_grad[r]
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
-def _backward_parallel(x, target, lse, row_grad, ignore_index, dx):
-    for r in prange(x.shape[0]):
-        _backward_row(x, target, lse, row_grad, ignore_index, dx, r)
+def _forward_parallel(x, target, ignore_index, loss, lse, parts):
+    for p in prange(parts):
+        start, stop = part_rows(x.shape[0], p, parts)
+        _forward_rows(x, target, ignore_index, loss, lse, start, stop)
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
-def _backward_serial(x, target, lse, row_grad, ignore_index, dx):
-    for r in range(x.shape[0]):
-        _backward_row(x, target, lse, row_grad, ignore_index, dx, r)
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
+def _backward_parallel(x, target, lse, row_grad, ignore_index, dx, parts):
+    for p in prange(parts):
+        start, stop = part_rows(x.shape[0], p, parts)
+        _backward_rows(x, target, lse, row_grad, ignore_index, dx, start, stop)
 
 
 def check_targets(target: np.ndarray, classes: int, ignore_index: int, op: str = "cross_entropy") -> None:
@@ -79,14 +72,14 @@ def cross_entropy_forward(x, target, ignore_index):
     """Returns (loss (N,), lse (N,)); both 0 on ignored rows. Targets are checked first."""
     check_targets(target, x.shape[1], ignore_index)
     loss, lse = np.empty(x.shape[0], x.dtype), np.empty(x.shape[0], x.dtype)
-    run_rows(_forward_parallel, _forward_serial, x.size * 2, x, target, ignore_index, loss, lse)
+    run_rows(_forward_parallel, _forward_rows, x.size * 2, x, target, ignore_index, loss, lse)
     return loss, lse
 
 
 def cross_entropy_backward(x, target, lse, row_grad, ignore_index):
     """dx (N, C) = row_grad[:, None] * (softmax(x) - onehot(target)); targets were checked by the forward."""
     dx = np.empty_like(x)
-    run_rows(_backward_parallel, _backward_serial, x.size * 2, x, target, lse, row_grad, ignore_index, dx)
+    run_rows(_backward_parallel, _backward_rows, x.size * 2, x, target, lse, row_grad, ignore_index, dx)
     return dx
 
 

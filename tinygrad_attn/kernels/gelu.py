@@ -22,7 +22,7 @@ from numba import njit, prange
 
 from . import SAFE_FASTMATH
 from .parallel import run_rows
-from .tiles import exp_vectorizable, wide_vectors
+from .tiles import exp_vectorizable, part_rows, wide_vectors
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -99,14 +99,11 @@ def _tanh_gelu(x, out, grad):
         out[i] = grad[i] * (half * (one + th) + half * v * (one - th * th) * k * (one + f(3) * cubic * v * v))
 
 
-_CHUNK = 4096  # elements per prange step
-
-
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
-def _gelu_parallel(x, out, grad, form):
-    """The kernel of `form` (0 float32 erf, 1 exact erf, 2 tanh) over chunks of x on numba's threads."""
-    for c in prange((x.size + _CHUNK - 1) // _CHUNK):
-        s, e = c * _CHUNK, min((c + 1) * _CHUNK, x.size)
+def _gelu_parallel(x, out, grad, form, parts):
+    """The kernel of `form` (0 float32 erf, 1 exact erf, 2 tanh) over `parts` slices of x on numba's threads."""
+    for p in prange(parts):
+        s, e = part_rows(x.size, p, parts)
         g = grad[s:e] if grad.size else grad
         if form == 0:
             _erf_gelu_f32(x[s:e], out[s:e], g)
@@ -120,7 +117,7 @@ def _run(x: np.ndarray, grad: np.ndarray, approximate: bool) -> np.ndarray:
     form = 2 if approximate else 0 if x.dtype == np.float32 else 1
     out = np.empty_like(x)
     serial = (_erf_gelu_f32, _erf_gelu_exact, _tanh_gelu)[form]
-    run_rows(_gelu_parallel, lambda *args: serial(*args[:3]), x.size * 8, x, out, grad, form)
+    run_rows(_gelu_parallel, lambda *args: serial(*args[:3]), x.size * 8, x, out, grad, form)  # all of x
     return out
 
 

@@ -7,9 +7,9 @@ Backward, with gw = g * w (the compact closed form):
     dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
     dw = sum over rows of g * xhat,   db = sum over rows of g
 
-Each kernel is written for one row (or a range of rows) and run by a serial
-and a `prange` driver (`parallel.run_rows` picks one); in the backward each
-thread sums its own rows' share of dw and db.
+Each kernel loops over a range of rows; `parallel.run_rows` runs it over all
+rows on the calling thread, or its `prange` driver over parts of the rows. In
+the backward each part sums its own rows' share of dw and db.
 """
 
 from __future__ import annotations
@@ -18,30 +18,31 @@ import numpy as np
 from numba import njit, prange
 
 from . import SAFE_FASTMATH
-from .parallel import MIN_ROWS_WORK, run_rows, threads_for
-from .tiles import wide_vectors
+from .parallel import row_parts, run_rows
+from .tiles import part_rows, wide_vectors
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
-def _forward_row(x, weight, bias, eps, y, mean, rstd, r):
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
+def _forward_rows(x, weight, bias, eps, y, mean, rstd, start, stop):
     wide_vectors()
     n = x.shape[1]
     size = x.dtype.type(n)  # dividing by the int n would turn float32 rows into float64 arithmetic
-    s = x.dtype.type(0)
-    for j in range(n):
-        s += x[r, j]
-    mu = s / size
-    var = x.dtype.type(0)
-    for j in range(n):
-        d = x[r, j] - mu
-        var += d * d
-    inv = x.dtype.type(1) / np.sqrt(var / size + eps)
-    mean[r], rstd[r] = mu, inv
-    for j in range(n):
-        y[r, j] = (x[r, j] - mu) * inv * weight[j] + bias[j]
+    for r in range(start, stop):
+        s = x.dtype.type(0)
+        for j in range(n):
+            s += x[r, j]
+        mu = s / size
+        var = x.dtype.type(0)
+        for j in range(n):
+            d = x[r, j] - mu
+            var += d * d
+        inv = x.dtype.type(1) / np.sqrt(var / size + eps)
+        mean[r], rstd[r] = mu, inv
+        for j in range(n):
+            y[r, j] = (x[r, j] - mu) * inv * weight[j] + bias[j]
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def _backward_rows(grad, x, weight, mean, rstd, dx, dw, db, start, stop):
     """dx for rows [start, stop), and their sums of g * xhat and g added into dw and db."""
     wide_vectors()
@@ -65,44 +66,38 @@ def _backward_rows(grad, x, weight, mean, rstd, dx, dw, db, start, stop):
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
-def _forward_parallel(x, weight, bias, eps, y, mean, rstd):
-    for r in prange(x.shape[0]):
-        _forward_row(x, weight, bias, eps, y, mean, rstd, r)
-
-
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
-def _forward_serial(x, weight, bias, eps, y, mean, rstd):
-    for r in range(x.shape[0]):
-        _forward_row(x, weight, bias, eps, y, mean, rstd, r)
+def _forward_parallel(x, weight, bias, eps, y, mean, rstd, parts):
+    for p in prange(parts):
+        start, stop = part_rows(x.shape[0], p, parts)
+        _forward_rows(x, weight, bias, eps, y, mean, rstd, start, stop)
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
-def _backward_parallel(grad, x, weight, mean, rstd, dx, dw, db):
-    """Rows cut into dw.shape[0] parts, each summing its own row of dw and db."""
-    parts = dw.shape[0]
+def _backward_parallel(grad, x, weight, mean, rstd, dx, dw, db, parts):
+    """Rows cut into parts, each summing its own row of dw and db (dw has at least `parts` rows)."""
+    parts = min(parts, dw.shape[0])
     for p in prange(parts):
-        start, stop = x.shape[0] * p // parts, x.shape[0] * (p + 1) // parts
+        start, stop = part_rows(x.shape[0], p, parts)
         _backward_rows(grad, x, weight, mean, rstd, dx, dw[p], db[p], start, stop)
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
-def _backward_serial(grad, x, weight, mean, rstd, dx, dw, db):
-    _backward_rows(grad, x, weight, mean, rstd, dx, dw[0], db[0], 0, x.shape[0])
+def _backward_all_rows(grad, x, weight, mean, rstd, dx, dw, db, start, stop):
+    _backward_rows(grad, x, weight, mean, rstd, dx, dw[0], db[0], start, stop)  # one part: dw (1, N)
 
 
 def layer_norm_forward(x, weight, bias, eps):
     """Returns (y, mean, rstd); mean and rstd (R,) are saved for the backward."""
     y, mean, rstd = np.empty_like(x), np.empty(x.shape[0], x.dtype), np.empty(x.shape[0], x.dtype)
-    run_rows(_forward_parallel, _forward_serial, x.size * 3, x, weight, bias, x.dtype.type(eps), y, mean, rstd)
+    run_rows(_forward_parallel, _forward_rows, x.size * 3, x, weight, bias, x.dtype.type(eps), y, mean, rstd)
     return y, mean, rstd
 
 
 def layer_norm_backward(grad, x, weight, mean, rstd):
     """(dx (R, N), dw (N,), db (N,)) from the closed form above."""
     dx = np.empty_like(x)
-    parts = max(1, min(threads_for(x.size * 4, x.shape[0], MIN_ROWS_WORK), x.shape[0]))
+    parts = row_parts(x.shape[0], x.size * 4)
     dw, db = np.zeros((parts, x.shape[1]), x.dtype), np.zeros((parts, x.shape[1]), x.dtype)
-    run_rows(_backward_parallel, _backward_serial, x.size * 4, grad, x, weight, mean, rstd, dx, dw, db)
+    run_rows(_backward_parallel, _backward_all_rows, x.size * 4, grad, x, weight, mean, rstd, dx, dw, db)
     return dx, dw.sum(0), db.sum(0)
 
 

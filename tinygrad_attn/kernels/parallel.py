@@ -144,25 +144,33 @@ def _safe_numba_layer() -> bool:
 _PRANGE_OK: bool | None = None
 
 
-def run_rows(parallel_kernel: Callable, serial_kernel: Callable, work: float, *args):
-    """Run a row kernel: its `prange` version on numba's threads when that pays and is safe, else its serial one.
+def row_parts(rows: int, work: float) -> int:
+    """How many parts a row kernel's `prange` driver cuts its rows into (a few per thread, for balance), or 1:
+    run on the calling thread."""
+    global _PRANGE_OK
+    n = threads_for(work, 1 << 30, MIN_ROWS_WORK)
+    if n > 1 and _PRANGE_OK is None:
+        _PRANGE_OK = _safe_numba_layer()
+    return min(rows, 4 * n) if n > 1 and _PRANGE_OK else 1
+
+
+def run_rows(parallel_kernel: Callable, rows_kernel: Callable, work: float, *args):
+    """Run a row kernel over the rows of args[0]: parallel_kernel(*args, parts), its `prange` driver, on
+    numba's threads when that pays and is safe, else rows_kernel(*args, 0, rows) on the calling thread.
 
     Row kernels call no BLAS, and a numba launch costs microseconds where handing work to Python threads
     costs tens, so they use numba's threads, as many as this pool has (numba's count is per calling
     thread, so setting it here changes nothing for other threads).
     """
-    global _PRANGE_OK
-    n = threads_for(work, 1 << 30, MIN_ROWS_WORK)
-    if n > 1 and _PRANGE_OK is None:
-        _PRANGE_OK = _safe_numba_layer()
-    if n <= 1 or not _PRANGE_OK:
-        return serial_kernel(*args)
+    parts = row_parts(args[0].shape[0], work)
+    if parts <= 1:
+        return rows_kernel(*args, 0, args[0].shape[0])
     import numba
 
     previous = numba.get_num_threads()
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(min(threads_for(work, 1 << 30, MIN_ROWS_WORK), numba.config.NUMBA_NUM_THREADS))
     try:
-        return parallel_kernel(*args)
+        return parallel_kernel(*args, parts)
     finally:
         numba.set_num_threads(previous)
 

@@ -10,8 +10,8 @@ and receives no gradient. A NaN in a row's kept entries makes the whole row NaN.
     softmax backward:      dx_j = y_j (g_j - sum_k g_k y_k)
     log-softmax backward:  dx_j = g_j - p_j sum_k g_k     (over live entries)
 
-Each kernel is written for one row and run over the rows by a serial and a
-`prange` driver; `parallel.run_rows` picks one.
+Each kernel loops over a range of rows; `parallel.run_rows` runs it over all
+rows on the calling thread, or its `prange` driver over parts of the rows.
 """
 
 from __future__ import annotations
@@ -21,142 +21,146 @@ from numba import njit, prange
 
 from . import SAFE_FASTMATH
 from .parallel import run_rows
-from .tiles import exp_vectorizable, maximum, wide_vectors
+from .tiles import exp_vectorizable, maximum, part_rows, wide_vectors
 
 _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
-def row_max_and_sum(x, r, keep, has_mask, exps):
-    """The log-sum-exp of row r, as its max m and l = sum_j exp(x_j - m) over kept entries (l = 0: none).
-
-    When `exps` is a row of x's length, exp(x_j - m) is also kept there (0 where masked), so softmax
-    computes each exp once; pass an empty array otherwise.
-    """
-    wide_vectors()
-    n = x.shape[1]
+def _kept_max(x, r, keep, has_mask):
+    """max_j x_j over the kept entries of row r (-inf: none kept; NaN if one is NaN)."""
     m = x.dtype.type(-np.inf)
-    for j in range(n):
+    for j in range(x.shape[1]):
         if not has_mask or keep[r, j]:
             m = maximum(m, x[r, j])
+    return m
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
+def row_max_and_sum(x, r, keep, has_mask):
+    """The log-sum-exp of row r, as its max m and l = sum_j exp(x_j - m) over kept entries (l = 0: none)."""
+    m = _kept_max(x, r, keep, has_mask)
+    shift = m if m != -np.inf else x.dtype.type(0)  # nothing kept, or all -inf: every exp below is 0
     total = x.dtype.type(0)
-    if m == -np.inf:
-        return m, total
-    if exps.size == 0:
-        for j in range(n):
-            if not has_mask or keep[r, j]:
-                total += exp_vectorizable(x[r, j] - m)
-        return m, total
-    for j in range(n):  # a separate loop: a test of exps.size inside one loop would slow both
-        e = exp_vectorizable(x[r, j] - m) if not has_mask or keep[r, j] else x.dtype.type(0)
-        exps[j] = e
-        total += e
+    for j in range(x.shape[1]):
+        if not has_mask or keep[r, j]:
+            total += exp_vectorizable(x[r, j] - shift)
     return m, total
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
-def _softmax_row(x, keep, log, out, lse, r):
+# Each kernel below loops over rows [start, stop): `_serial` runs all rows on the calling thread, the
+# `prange` driver a share of rows per part. A row loop inside the kernel, not a driver calling a function
+# per row: with a function per row, numba counts references to the arrays on every row, which costs
+# more than a short row's work. Likewise softmax and log-softmax are separate kernels, and none has an
+# early return: a test per row choosing between loops slows every row.
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
+def _softmax_rows(x, keep, out, lse, start, stop):
+    """row_max_and_sum's two passes, keeping each exp in out (one exp per entry), then out /= total."""
     wide_vectors()
     has_mask = keep.shape[0] > 0
-    n = x.shape[1]
-    m, total = row_max_and_sum(x, r, keep, has_mask, out[r, :0] if log else out[r])
-    if m == -np.inf:  # nothing to attend to
-        out[r, :] = 0
-        lse[r] = -np.inf
-        return
-    row_lse = m + np.log(total)
-    lse[r] = row_lse
-    if log:
-        for j in range(n):
-            live = (not has_mask or keep[r, j]) and x[r, j] != -np.inf  # a NaN stays NaN
-            out[r, j] = x[r, j] - row_lse if live else -np.inf
-    else:
-        inverse = x.dtype.type(1) / total
-        for j in range(n):
+    for r in range(start, stop):
+        m = _kept_max(x, r, keep, has_mask)
+        shift = m if m != -np.inf else x.dtype.type(0)
+        total = x.dtype.type(0)
+        for j in range(x.shape[1]):
+            e = exp_vectorizable(x[r, j] - shift) if not has_mask or keep[r, j] else x.dtype.type(0)
+            out[r, j] = e
+            total += e
+        lse[r] = m + np.log(total)  # -inf for a dead row (m = -inf, total = 0)
+        inverse = x.dtype.type(1) / total if total > 0 else x.dtype.type(0)  # a dead row's exps are 0
+        for j in range(x.shape[1]):
             out[r, j] *= inverse
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
-def _softmax_backward_row(y, grad, dx, r):
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
+def _log_softmax_rows(x, keep, out, lse, start, stop):
     wide_vectors()
-    dot = y.dtype.type(0)
-    for j in range(y.shape[1]):
-        dot += grad[r, j] * y[r, j]
-    for j in range(y.shape[1]):
-        dx[r, j] = y[r, j] * (grad[r, j] - dot)
+    has_mask = keep.shape[0] > 0
+    for r in range(start, stop):
+        m, total = row_max_and_sum(x, r, keep, has_mask)
+        row_lse = m + np.log(total)
+        lse[r] = row_lse
+        for j in range(x.shape[1]):
+            kept = not has_mask or keep[r, j]
+            out[r, j] = x[r, j] - row_lse if kept else x.dtype.type(-np.inf)  # -inf - lse is -inf; NaN stays
+        if m == -np.inf:  # nothing to attend to: zeros
+            out[r, :] = 0
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
-def _log_softmax_backward_row(y, grad, lse, dx, r):
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
+def _softmax_backward_rows(y, grad, dx, start, stop):
     wide_vectors()
-    if lse[r] == -np.inf:
-        dx[r, :] = 0
-        return
-    total = y.dtype.type(0)
-    for j in range(y.shape[1]):
-        if y[r, j] != -np.inf:
-            total += grad[r, j]
-    for j in range(y.shape[1]):
-        dx[r, j] = grad[r, j] - np.exp(y[r, j]) * total if y[r, j] != -np.inf else 0
-
-
-# Each row function runs over all rows twice over: on numba's threads (prange) and on the calling thread.
-
-
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
-def _softmax_parallel(x, keep, log, out, lse):
-    for r in prange(x.shape[0]):
-        _softmax_row(x, keep, log, out, lse, r)
+    for r in range(start, stop):
+        dot = y.dtype.type(0)
+        for j in range(y.shape[1]):
+            dot += grad[r, j] * y[r, j]
+        for j in range(y.shape[1]):
+            dx[r, j] = y[r, j] * (grad[r, j] - dot)
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
-def _softmax_serial(x, keep, log, out, lse):
-    for r in range(x.shape[0]):
-        _softmax_row(x, keep, log, out, lse, r)
+def _log_softmax_backward_rows(y, grad, lse, dx, start, stop):
+    wide_vectors()
+    for r in range(start, stop):
+        total = y.dtype.type(0)
+        for j in range(y.shape[1]):
+            if y[r, j] != -np.inf:
+                total += grad[r, j]
+        dead = lse[r] == -np.inf  # nothing attended to: zero gradient
+        for j in range(y.shape[1]):
+            live = y[r, j] != -np.inf and not dead
+            dx[r, j] = grad[r, j] - exp_vectorizable(y[r, j]) * total if live else y.dtype.type(0)
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
-def _softmax_backward_parallel(y, grad, dx):
-    for r in prange(y.shape[0]):
-        _softmax_backward_row(y, grad, dx, r)
-
-
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
-def _softmax_backward_serial(y, grad, dx):
-    for r in range(y.shape[0]):
-        _softmax_backward_row(y, grad, dx, r)
+def _softmax_parallel(x, keep, out, lse, parts):
+    for p in prange(parts):
+        start, stop = part_rows(x.shape[0], p, parts)
+        _softmax_rows(x, keep, out, lse, start, stop)
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
-def _log_softmax_backward_parallel(y, grad, lse, dx):
-    for r in prange(y.shape[0]):
-        _log_softmax_backward_row(y, grad, lse, dx, r)
+def _log_softmax_parallel(x, keep, out, lse, parts):
+    for p in prange(parts):
+        start, stop = part_rows(x.shape[0], p, parts)
+        _log_softmax_rows(x, keep, out, lse, start, stop)
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
-def _log_softmax_backward_serial(y, grad, lse, dx):
-    for r in range(y.shape[0]):
-        _log_softmax_backward_row(y, grad, lse, dx, r)
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
+def _softmax_backward_parallel(y, grad, dx, parts):
+    for p in prange(parts):
+        start, stop = part_rows(y.shape[0], p, parts)
+        _softmax_backward_rows(y, grad, dx, start, stop)
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
+def _log_softmax_backward_parallel(y, grad, lse, dx, parts):
+    for p in prange(parts):
+        start, stop = part_rows(y.shape[0], p, parts)
+        _log_softmax_backward_rows(y, grad, lse, dx, start, stop)
 
 
 def softmax_forward(x: np.ndarray, keep: np.ndarray, log: bool) -> tuple[np.ndarray, np.ndarray]:
     """Returns (y, lse): probabilities (or log-probabilities) and per-row log-sum-exp (-inf for dead rows)."""
     out, lse = np.empty_like(x), np.empty(x.shape[0], x.dtype)
-    run_rows(_softmax_parallel, _softmax_serial, x.size * 4, x, keep, log, out, lse)
+    drivers = (_log_softmax_parallel, _log_softmax_rows) if log else (_softmax_parallel, _softmax_rows)
+    run_rows(*drivers, x.size * 4, x, keep, out, lse)
     return out, lse
 
 
 def softmax_backward(y: np.ndarray, grad: np.ndarray) -> np.ndarray:
     """dx = y * (g - sum(g * y)) row by row; zero where y is 0."""
     dx = np.empty_like(y)
-    run_rows(_softmax_backward_parallel, _softmax_backward_serial, y.size * 2, y, grad, dx)
+    run_rows(_softmax_backward_parallel, _softmax_backward_rows, y.size * 2, y, grad, dx)
     return dx
 
 
 def log_softmax_backward(y: np.ndarray, grad: np.ndarray, lse: np.ndarray) -> np.ndarray:
     """dx = g - exp(y) * sum(g) over live entries; zero for masked entries and dead rows."""
     dx = np.empty_like(y)
-    run_rows(_log_softmax_backward_parallel, _log_softmax_backward_serial, y.size * 4, y, grad, lse, dx)
+    run_rows(_log_softmax_backward_parallel, _log_softmax_backward_rows, y.size * 4, y, grad, lse, dx)
     return dx
 
 

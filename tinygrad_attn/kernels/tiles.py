@@ -79,6 +79,12 @@ def _wide_vectors_compiled():
     return lambda: _prefer_wide_vectors()
 
 
+@njit(cache=True, nogil=True, inline="always")
+def part_rows(rows, p, parts):
+    """Rows [start, stop) of part p of `parts` nearly equal parts."""
+    return rows * p // parts, rows * (p + 1) // parts
+
+
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
 def row_max(scores, g, i, limit, start):
     """max(start, scores[g, i, 0], ..., scores[g, i, limit - 1]), NaN if any of them is NaN.
