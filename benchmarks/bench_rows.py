@@ -1,8 +1,9 @@
 """Row kernels, forward + backward, against PyTorch CPU: GELU, layer norm, softmax, cross-entropy.
 
 float32, each case timed in its own subprocess pinned to `threads` cores, median of --rounds
-interleaved rounds (each the median of --reps steps). tinygrad_attn runs after
-`ta.runtime.configure(threads)`, as the command line does.
+interleaved rounds (each the median of --reps steps). A step sets the gradients to None, then
+runs forward and backward, so accumulating into .grad is not timed in either framework.
+tinygrad_attn runs after `ta.runtime.configure(threads)`, as the command line does.
 
     python benchmarks/bench_rows.py --threads 1 2
 """
@@ -54,7 +55,8 @@ def make_step(framework, op, shape, threads):
             "softmax": lambda: F.softmax(x, -1), "cross_entropy": lambda: F.cross_entropy(x, target),
         }[op]
 
-    def step():
+    def step():  # gradients set to None first, as a training step does: no accumulation timed
+        x.grad = w.grad = b.grad = None
         out = forward()
         out.backward() if op == "cross_entropy" else out.backward(g)
 
