@@ -127,7 +127,7 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
     which the backward needs again.
     """
     (n_outer, n_inner, tq, _), tk = q.shape, k.shape[2]
-    tile = tile_shape(tq)
+    tile = tile_shape(tq, causal)
     out = new_like(q, v.shape[3])
     lse = np.empty((n_outer, n_inner, tq), q.dtype)
     kt = np.empty(k.shape[:2] + k.shape[:1:-1], k.dtype)
@@ -149,7 +149,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, kt, scale, causal, bia
     no target is given); one that tiles add into is summed in a contiguous array first.
     """
     (n_outer, n_inner, tq, _), tk = q.shape, k.shape[2]
-    tile = tile_shape(tq)
+    tile = tile_shape(tq, causal)
     chunks = group_chunks((n_outer, n_inner, tq, tk), tile, q.itemsize)
     work = float(q.size) * tk * 2
     ranges = key_ranges(tk, tile, -(-threads_for(work, len(chunks) * tk) // max(len(chunks), 1)))

@@ -18,6 +18,7 @@ import numpy as np
 BLOCK_Q = 128  # query rows per tile
 BLOCK_K = 256  # key columns per tile
 LONG_QUERIES = 2048  # from this many queries on, tiles are twice as large each way (fewer Python-level steps)
+SHORT_CAUSAL = 512  # below this many queries, causal query blocks are half as tall: less work above the diagonal
 TILE_BYTES = 1 << 20  # a chunk's score tile is kept around this size, so it stays in cache
 STRIDED_TRANSPOSE_BYTES = 1 << 18  # a group spread wider than this is copied before it is transposed
 
@@ -73,9 +74,15 @@ def transposed(a: np.ndarray, factor: float, out: np.ndarray) -> np.ndarray:
     return np.multiply(a.swapaxes(-1, -2), a.dtype.type(factor), out=out)
 
 
-def tile_shape(tq: int) -> tuple[int, int]:
-    """(query rows, key columns) of a score tile."""
-    return (2 * BLOCK_Q, 2 * BLOCK_K) if tq >= LONG_QUERIES else (BLOCK_Q, BLOCK_K)
+def tile_shape(tq: int, causal: bool) -> tuple[int, int]:
+    """(query rows, key columns) of a score tile.
+
+    Under the causal mask a query block computes scores up to its last row's diagonal, so a short
+    sequence, whose blocks are few, wastes a large share above the diagonal unless they are short.
+    """
+    if tq >= LONG_QUERIES:
+        return 2 * BLOCK_Q, 2 * BLOCK_K
+    return (max(1, BLOCK_Q // 2) if causal and tq < SHORT_CAUSAL else BLOCK_Q), BLOCK_K
 
 
 def group_chunks(grid_shape: tuple[int, ...], tile: tuple[int, int], itemsize: int) -> list[tuple[slice, slice]]:
