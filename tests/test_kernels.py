@@ -150,14 +150,16 @@ def test_row_kernels_on_numba_threads_equal_the_serial_ones(monkeypatch, dtype, 
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    """Tiles of 4 queries x 3 keys (8 x 6 from 8 queries on) in chunks of 2 groups, so short sequences
-    cross many tile borders, with the work shared among 3 threads however small it is."""
+    """Tiles of 4 queries (2 under the causal mask) x 3 keys, 4 x 6 from 6 queries on, 8 x 6 from 8, in chunks
+    of 2 groups, so short sequences cross many tile borders, with the work shared among 3 threads however
+    small it is."""
     monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
     monkeypatch.setattr(parallel, "MIN_ROWS_WORK", 0)
     monkeypatch.setattr(parallel, "blas_threads", lambda: 1)  # as after ta.set_num_threads: the pool runs
     monkeypatch.setattr(parallel, "_num_threads", 3)
     monkeypatch.setattr(layout, "BLOCK_Q", 4)
     monkeypatch.setattr(layout, "BLOCK_K", 3)
+    monkeypatch.setattr(layout, "SHORT_QUERIES", 6)
     monkeypatch.setattr(layout, "LONG_QUERIES", 8)
     monkeypatch.setattr(layout, "TILE_BYTES", 2 * 4 * 3 * 8)
 

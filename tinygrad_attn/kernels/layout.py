@@ -17,8 +17,8 @@ import numpy as np
 
 BLOCK_Q = 128  # query rows per tile
 BLOCK_K = 256  # key columns per tile
+SHORT_QUERIES = 512  # below this many queries, key tiles are BLOCK_K wide, and causal query blocks half as tall
 LONG_QUERIES = 2048  # from this many queries on, tiles are twice as large each way (fewer Python-level steps)
-SHORT_CAUSAL = 512  # below this many queries, causal query blocks are half as tall: less work above the diagonal
 TILE_BYTES = 1 << 20  # a chunk's score tile is kept around this size, so it stays in cache
 STRIDED_TRANSPOSE_BYTES = 1 << 18  # a group spread wider than this is copied before it is transposed
 
@@ -75,14 +75,17 @@ def transposed(a: np.ndarray, factor: float, out: np.ndarray) -> np.ndarray:
 
 
 def tile_shape(tq: int, causal: bool) -> tuple[int, int]:
-    """(query rows, key columns) of a score tile.
+    """(query rows, key columns) of a score tile: larger for longer sequences, so that each numpy call
+    covers more work and each BLAS product is larger.
 
     Under the causal mask a query block computes scores up to its last row's diagonal, so a short
     sequence, whose blocks are few, wastes a large share above the diagonal unless they are short.
     """
     if tq >= LONG_QUERIES:
         return 2 * BLOCK_Q, 2 * BLOCK_K
-    return (max(1, BLOCK_Q // 2) if causal and tq < SHORT_CAUSAL else BLOCK_Q), BLOCK_K
+    if tq >= SHORT_QUERIES:
+        return BLOCK_Q, 2 * BLOCK_K
+    return (max(1, BLOCK_Q // 2) if causal else BLOCK_Q), BLOCK_K
 
 
 def group_chunks(grid_shape: tuple[int, ...], tile: tuple[int, int], itemsize: int) -> list[tuple[slice, slice]]:
