@@ -48,11 +48,11 @@ def row_max_and_sum(x, r, keep, has_mask):
     return m, total
 
 
-# Each kernel below loops over rows [start, stop): `_serial` runs all rows on the calling thread, the
-# `prange` driver a share of rows per part. A row loop inside the kernel, not a driver calling a function
-# per row: with a function per row, numba counts references to the arrays on every row, which costs
-# more than a short row's work. Likewise softmax and log-softmax are separate kernels, and none has an
-# early return: a test per row choosing between loops slows every row.
+# Each kernel below loops over rows [start, stop): run_rows calls it with all rows on the calling thread,
+# or its `prange` driver gives each part a range. A row loop inside the kernel, not a driver calling a
+# function per row: with a function per row, numba counts references to the arrays on every row, which
+# costs more than a short row's work. Likewise softmax and log-softmax are separate kernels: a test per
+# row choosing between their loops slows every row.
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
