@@ -68,7 +68,7 @@ def _softmax_rows(x, keep, out, lse, start, stop):
             e = exp_vectorizable(x[r, j] - shift) if not has_mask or keep[r, j] else x.dtype.type(0)
             out[r, j] = e
             total += e
-        lse[r] = m + np.log(total)  # -inf for a dead row (m = -inf, total = 0)
+        lse[r] = m + np.log(total if total != 0 else x.dtype.type(1))  # a dead row: m = -inf, total = 0
         inverse = x.dtype.type(1) / total if total > 0 else x.dtype.type(0)  # a dead row's exps are 0
         for j in range(x.shape[1]):
             out[r, j] *= inverse
@@ -80,7 +80,7 @@ def _log_softmax_rows(x, keep, out, lse, start, stop):
     has_mask = keep.shape[0] > 0
     for r in range(start, stop):
         m, total = row_max_and_sum(x, r, keep, has_mask)
-        row_lse = m + np.log(total)
+        row_lse = m + np.log(total if total != 0 else x.dtype.type(1))  # a dead row: -inf
         lse[r] = row_lse
         for j in range(x.shape[1]):
             kept = not has_mask or keep[r, j]
