@@ -151,7 +151,7 @@ def row_parts(rows: int, work: float) -> int:
     n = threads_for(work, 1 << 30, MIN_ROWS_WORK)
     if n > 1 and _PRANGE_OK is None:
         _PRANGE_OK = _safe_numba_layer()
-    return min(rows, 4 * n) if n > 1 and _PRANGE_OK else 1
+    return max(1, min(rows, 4 * n)) if n > 1 and _PRANGE_OK else 1
 
 
 def run_rows(parallel_kernel: Callable, rows_kernel: Callable, work: float, *args):
