@@ -35,6 +35,7 @@ import numpy as np
 MIN_PARALLEL_WORK = 1 << 25
 # A launch on numba's threads costs far less, so row kernels pay from this many element visits.
 MIN_ROWS_WORK = 1 << 15
+ROW_PARTS_PER_THREAD = 4  # a row kernel's rows are cut into this many parts per thread, for balance
 
 
 def _default_threads() -> int:
@@ -144,14 +145,20 @@ def _safe_numba_layer() -> bool:
 _PRANGE_OK: bool | None = None
 
 
-def row_parts(rows: int, work: float) -> int:
-    """How many parts a row kernel's `prange` driver cuts its rows into (a few per thread, for balance), or 1:
-    run on the calling thread."""
+def _row_threads(work: float) -> int:
+    """How many of numba's threads a row kernel carrying `work` runs on: 1 unless `prange` pays and is safe."""
     global _PRANGE_OK
     n = threads_for(work, 1 << 30, MIN_ROWS_WORK)
     if n > 1 and _PRANGE_OK is None:
         _PRANGE_OK = _safe_numba_layer()
-    return max(1, min(rows, 4 * n)) if n > 1 and _PRANGE_OK else 1
+    return n if n > 1 and _PRANGE_OK else 1
+
+
+def row_parts(rows: int, work: float) -> int:
+    """How many parts a row kernel's `prange` driver cuts its rows into (1: the kernel runs on the calling
+    thread)."""
+    n = _row_threads(work)
+    return max(1, min(rows, ROW_PARTS_PER_THREAD * n)) if n > 1 else 1
 
 
 def run_rows(parallel_kernel: Callable, rows_kernel: Callable, work: float, *args):
@@ -162,15 +169,15 @@ def run_rows(parallel_kernel: Callable, rows_kernel: Callable, work: float, *arg
     costs tens, so they use numba's threads, as many as this pool has (numba's count is per calling
     thread, so setting it here changes nothing for other threads).
     """
-    parts = row_parts(args[0].shape[0], work)
-    if parts <= 1:
-        return rows_kernel(*args, 0, args[0].shape[0])
+    rows, n = args[0].shape[0], _row_threads(work)
+    if n <= 1 or rows <= 1:
+        return rows_kernel(*args, 0, rows)
     import numba
 
     previous = numba.get_num_threads()
-    numba.set_num_threads(min(threads_for(work, 1 << 30, MIN_ROWS_WORK), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     try:
-        return parallel_kernel(*args, parts)
+        return parallel_kernel(*args, min(rows, ROW_PARTS_PER_THREAD * n))
     finally:
         numba.set_num_threads(previous)
 
