@@ -124,5 +124,6 @@ def key_tiles(rows: slice, tk: int, causal: bool, tile: tuple[int, int], keys: s
 def key_ranges(tk: int, tile: tuple[int, int], n: int) -> list[slice]:
     """The keys cut into at most n ranges of whole key tiles."""
     n_tiles = max(1, -(-tk // tile[1]))
-    bounds = np.linspace(0, n_tiles, min(n, n_tiles) + 1).round().astype(int) * tile[1]
-    return [slice(int(a), int(min(b, tk))) for a, b in zip(bounds[:-1], bounds[1:]) if min(b, tk) > a]
+    parts = min(n, n_tiles)
+    bounds = [n_tiles * i // parts * tile[1] for i in range(parts + 1)]  # integers: no numpy call per op
+    return [slice(a, min(b, tk)) for a, b in zip(bounds[:-1], bounds[1:]) if min(b, tk) > a]

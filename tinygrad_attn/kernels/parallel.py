@@ -193,8 +193,8 @@ def threads_for(work: float, n_items: int, min_work: float | None = None) -> int
 
 def shares(n_items: int, n_threads: int) -> list[slice]:
     """range(n_items) cut into n_threads contiguous slices of nearly equal size."""
-    bounds = np.linspace(0, n_items, n_threads + 1).round().astype(int)
-    return [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    bounds = [n_items * i // n_threads for i in range(n_threads + 1)]  # integers: no numpy call per op
+    return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
 def parallel_for(task: Callable[[slice], None], n_items: int, work: float) -> None:
