@@ -157,7 +157,10 @@ def _row_threads(work: float) -> int:
 def row_parts(rows: int, work: float) -> int:
     """How many parts a row kernel's `prange` driver cuts its rows into (1: the kernel runs on the calling
     thread)."""
-    n = _row_threads(work)
+    return _parts(rows, _row_threads(work))
+
+
+def _parts(rows: int, n: int) -> int:
     return max(1, min(rows, ROW_PARTS_PER_THREAD * n)) if n > 1 else 1
 
 
@@ -177,7 +180,7 @@ def run_rows(parallel_kernel: Callable, rows_kernel: Callable, work: float, *arg
     previous = numba.get_num_threads()
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     try:
-        return parallel_kernel(*args, min(rows, ROW_PARTS_PER_THREAD * n))
+        return parallel_kernel(*args, _parts(rows, n))
     finally:
         numba.set_num_threads(previous)
 
