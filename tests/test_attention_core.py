@@ -220,6 +220,38 @@ print(json.dumps({"env_same": dict(os.environ) == before_env, "blas": [blas, p0.
     assert not result["numba_pool"]  # no numba threading layer was started
 
 
+def test_row_kernels_on_numba_threads_leave_openmp_nesting_as_it_was():
+    """Starting numba's OpenMP threads raises the runtime's max-active-levels for the whole process (nested
+    regions on), which slows any library sharing the runtime; the first parallel row op puts it back."""
+    code = """
+import ctypes, importlib, json, os
+import numpy as np
+import tinygrad_attn as ta
+from tinygrad_attn import functional as F
+from tinygrad_attn.kernels import parallel
+if not parallel._safe_numba_layer() or not hasattr(os, "RTLD_NOLOAD"):
+    print(json.dumps(None)); raise SystemExit
+runtime = parallel._loaded_openmp()
+before = runtime.omp_get_max_active_levels()
+ta.set_num_threads(2)
+x = ta.Tensor(np.random.default_rng(0).normal(size=(256, 512)).astype(np.float32), requires_grad=True)
+y = F.softmax(x, dim=-1)
+y.backward(np.ones_like(y.data))
+import numba
+print(json.dumps({"layer": numba.threading_layer(), "levels": [before, runtime.omp_get_max_active_levels()],
+                  "parts": parallel.row_parts(256, 256 * 512)}))
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_THREADING_LAYER", "OMP_MAX_ACTIVE_LEVELS")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if result is None:
+        pytest.skip("numba has no OpenMP threading layer here")
+    assert result["parts"] > 1  # the op did run on numba's threads
+    if result["layer"] == "omp":
+        assert result["levels"][0] == result["levels"][1]
+
+
 def test_configure_is_explicit_and_says_what_it_did(monkeypatch):
     calls = []
     monkeypatch.setattr(ta.runtime, "set_num_threads", lambda n: calls.append(n))

@@ -143,6 +143,8 @@ def _safe_numba_layer() -> bool:
 
 
 _PRANGE_OK: bool | None = None
+_prange_lock = threading.Lock()
+_OPENMP_LIBRARIES = ("libgomp.so.1", "libiomp5.so", "libomp.so", "libomp.so.5")
 
 
 def _row_threads(work: float) -> int:
@@ -150,8 +152,49 @@ def _row_threads(work: float) -> int:
     global _PRANGE_OK
     n = threads_for(work, 1 << 30, MIN_ROWS_WORK)
     if n > 1 and _PRANGE_OK is None:
-        _PRANGE_OK = _safe_numba_layer()
+        with _prange_lock:
+            if _PRANGE_OK is None:
+                _PRANGE_OK = _safe_numba_layer() and _start_numba_threads()
     return n if n > 1 and _PRANGE_OK else 1
+
+
+def _start_numba_threads() -> bool:
+    """Start numba's threads (once per process), leaving OpenMP's nesting limit as it was.
+
+    Starting numba's OpenMP layer raises the OpenMP runtime's max-active-levels to its maximum for the
+    whole process, which turns on nested parallel regions. Any library sharing that runtime then nests:
+    PyTorch imported afterwards runs its matrix products as new thread teams inside its own parallel
+    loops, many times slower. Row kernels never nest, so the limit is put back as it was.
+    """
+    import numba
+
+    try:
+        numba.threading_layer()
+        return True  # already started, by this process's own numba code: nothing of ours to undo
+    except ValueError:
+        pass
+    runtime = _loaded_openmp()  # numba's OpenMP module, imported by _safe_numba_layer, loaded its runtime
+    before = None if runtime is None else runtime.omp_get_max_active_levels()
+    numba.get_num_threads()  # starts the threads
+    if before is not None and numba.threading_layer() == "omp" and runtime.omp_get_max_active_levels() != before:
+        runtime.omp_set_max_active_levels(before)
+    return True
+
+
+def _loaded_openmp() -> ctypes.CDLL | None:
+    """The OpenMP runtime already loaded in this process, if any (never loads one)."""
+    if not hasattr(os, "RTLD_NOLOAD"):  # no way to ask without loading (Windows)
+        return None
+    for name in _OPENMP_LIBRARIES:
+        try:
+            runtime = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        except OSError:
+            continue
+        if all(hasattr(runtime, f) for f in ("omp_get_max_active_levels", "omp_set_max_active_levels")):
+            runtime.omp_get_max_active_levels.restype = ctypes.c_int
+            runtime.omp_set_max_active_levels.argtypes = [ctypes.c_int]
+            return runtime
+    return None
 
 
 def row_parts(rows: int, work: float) -> int:
