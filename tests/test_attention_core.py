@@ -224,7 +224,7 @@ def test_row_kernels_on_numba_threads_leave_openmp_nesting_as_it_was():
     """Starting numba's OpenMP threads raises the runtime's max-active-levels for the whole process (nested
     regions on), which slows any library sharing the runtime; the first parallel row op puts it back."""
     code = """
-import ctypes, importlib, json, os
+import json, os
 import numpy as np
 import tinygrad_attn as ta
 from tinygrad_attn import functional as F

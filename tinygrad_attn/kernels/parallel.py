@@ -154,11 +154,14 @@ def _row_threads(work: float) -> int:
     if n > 1 and _PRANGE_OK is None:
         with _prange_lock:
             if _PRANGE_OK is None:
-                _PRANGE_OK = _safe_numba_layer() and _start_numba_threads()
+                safe = _safe_numba_layer()
+                if safe:
+                    _start_numba_threads()
+                _PRANGE_OK = safe
     return n if n > 1 and _PRANGE_OK else 1
 
 
-def _start_numba_threads() -> bool:
+def _start_numba_threads() -> None:
     """Start numba's threads (once per process), leaving OpenMP's nesting limit as it was.
 
     Starting numba's OpenMP layer raises the OpenMP runtime's max-active-levels to its maximum for the
@@ -170,7 +173,7 @@ def _start_numba_threads() -> bool:
 
     try:
         numba.threading_layer()
-        return True  # already started, by this process's own numba code: nothing of ours to undo
+        return  # already started, by this process's own numba code: nothing of ours to undo
     except ValueError:
         pass
     runtime = _loaded_openmp()  # numba's OpenMP module, imported by _safe_numba_layer, loaded its runtime
@@ -178,7 +181,6 @@ def _start_numba_threads() -> bool:
     numba.get_num_threads()  # starts the threads
     if before is not None and numba.threading_layer() == "omp" and runtime.omp_get_max_active_levels() != before:
         runtime.omp_set_max_active_levels(before)
-    return True
 
 
 def _loaded_openmp() -> ctypes.CDLL | None:
