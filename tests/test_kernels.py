@@ -148,6 +148,45 @@ def test_row_kernels_on_numba_threads_equal_the_serial_ones(monkeypatch, dtype, 
         np.testing.assert_allclose(got, want, rtol=tol(dtype)["rtol"], atol=tol(dtype)["atol"] + slack)
 
 
+def _view(rng, shape, dtype, how):
+    """A (rows, cols) array laid out as `how` says: row-major, transposed, reversed rows, or every other column."""
+    rows, cols = shape
+    if how == "transposed":
+        return rng.normal(size=(cols, rows)).astype(dtype).T
+    if how == "reversed":
+        return rng.normal(size=shape).astype(dtype)[::-1]
+    if how == "strided":
+        return rng.normal(size=(rows, 2 * cols)).astype(dtype)[:, ::2]
+    return rng.normal(size=shape).astype(dtype)
+
+
+LAYOUTS = st.sampled_from(["row-major", "transposed", "reversed", "strided"])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(n=st.integers(0, 9), k=st.integers(0, 6), m=st.integers(0, 6), a_how=LAYOUTS, b_how=LAYOUTS,
+       seed=st.integers(0, 2**16))
+def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, n, k, m, a_how, b_how, seed):
+    """row_split_matmul's row blocks, each a BLAS call from numba's threads, against numpy's a @ b, for every
+    layout; a layout BLAS cannot be told about (reversed, strided, empty) takes numpy's path."""
+    rng = np.random.default_rng(seed)
+    a, b = _view(rng, (n, k), dtype, a_how), _view(rng, (k, m), dtype, b_how)
+    calls = []
+    with monkeypatch.context() as mp:  # as after ta.set_num_threads(3), however small the product
+        mp.setattr(parallel, "MIN_PRODUCT_WORK", 0)
+        mp.setattr(parallel, "blas_threads", lambda: 1)
+        mp.setattr(parallel, "_num_threads", 3)
+        kernel = parallel.matmul_rows_parallel
+        mp.setattr(parallel, "matmul_rows_parallel", lambda *args: calls.append(1) or kernel(*args))
+        got = parallel.row_split_matmul(a, b)
+    np.testing.assert_allclose(got, a @ b, **tol(dtype))
+    describable = all(h in ("row-major", "transposed") for h in (a_how, b_how)) and min(n, k, m) > 0
+    if n > 1 and describable and parallel._safe_numba_layer() and parallel._gemm(np.dtype(dtype)) is not None:
+        assert calls
+    if not describable:
+        assert not calls
+
+
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Tiles of 4 queries (2 under the causal mask) x 3 keys, 4 x 6 from 6 queries on, 8 x 6 from 8, in chunks

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import tinygrad_attn as ta
 from tinygrad_attn import nn
+from tinygrad_attn.kernels import parallel
 from tinygrad_attn.nn.layers import PackedLinearFunction
 
 
@@ -21,24 +22,49 @@ def check_module(module, inputs, fn=None):
     return ta.gradcheck(fn, list(inputs) + module.parameters(), max_elements=64)
 
 
+@pytest.fixture(params=["one thread", "numba threads"])
+def products(request, monkeypatch):
+    """Linear's products on the calling thread, or (as after ta.set_num_threads(3)) cut into row blocks on
+    numba's threads however small they are, each block a call to numpy's BLAS; gives the list of calls
+    made so (None on one thread)."""
+    if request.param == "one thread":
+        return None
+    calls = []
+    monkeypatch.setattr(parallel, "MIN_PRODUCT_WORK", 0)
+    monkeypatch.setattr(parallel, "blas_threads", lambda: 1)
+    monkeypatch.setattr(parallel, "_num_threads", 3)
+    kernel = parallel.matmul_rows_parallel
+    monkeypatch.setattr(parallel, "matmul_rows_parallel", lambda *args: calls.append(1) or kernel(*args))
+    return calls
+
+
+def _check_products_ran(products, rows):
+    """With numba's threads in use, a product of several rows went through them (not without a JIT)."""
+    threads = parallel._safe_numba_layer() and parallel._gemm(np.dtype(np.float64)) is not None
+    if products is not None and rows > 1 and threads:
+        assert products
+
+
 @given(data=st.data(), lead=shapes(0, 2), n_in=st.integers(1, 4), n_out=st.integers(1, 4), bias=st.booleans())
-def test_linear(data, lead, n_in, n_out, bias):
+def test_linear(products, data, lead, n_in, n_out, bias):
     layer = double(nn.Linear(n_in, n_out, bias))
     x = data.draw(arrays(lead + (n_in,)))
     expected = x @ layer.weight.data.T + (layer.bias.data if bias else 0)
     np.testing.assert_allclose(layer(ta.Tensor(x)).data, expected)
+    _check_products_ran(products, int(np.prod(lead)))
     assert check_module(layer, [ta.Tensor(x, requires_grad=True)])
 
 
 @given(data=st.data(), lead=shapes(0, 2), n_in=st.integers(1, 4), outs=st.lists(st.integers(1, 3), min_size=1,
        max_size=3), bias=st.booleans())
-def test_packed_linear_is_the_layers_side_by_side(data, lead, n_in, outs, bias):
+def test_packed_linear_is_the_layers_side_by_side(products, data, lead, n_in, outs, bias):
     layers = [double(nn.Linear(n_in, n, bias)) for n in outs]
     x = ta.Tensor(data.draw(arrays(lead + (n_in,))), requires_grad=True)
     params = [layer.weight for layer in layers] + ([layer.bias for layer in layers] if bias else [])
     packed = lambda x_, *ps: PackedLinearFunction.apply(x_, *ps, count=len(outs))  # noqa: E731
     expected = np.concatenate([layer(x).data for layer in layers], axis=-1)
     np.testing.assert_allclose(packed(x, *params).data, expected, rtol=1e-12, atol=1e-12)
+    _check_products_ran(products, int(np.prod(lead)))
     assert ta.gradcheck(packed, [x] + params, max_elements=64)
 
 

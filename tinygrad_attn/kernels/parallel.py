@@ -30,11 +30,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .blas import blas_operand, find_gemm, matmul_rows_parallel
+
 # Below this many multiply-adds an item list runs on the calling thread: handing work to Python threads and
 # waiting for it (thread wake-ups) pays only for about a millisecond of work (docs/performance.md, Threads).
 MIN_PARALLEL_WORK = 1 << 25
 # A launch on numba's threads costs far less, so row kernels pay from this many element visits.
 MIN_ROWS_WORK = 1 << 15
+# A matrix product's row blocks go to numba's threads from this many multiply-adds.
+MIN_PRODUCT_WORK = 1 << 22
 ROW_PARTS_PER_THREAD = 4  # a row kernel's rows are cut into this many parts per thread, for balance
 
 
@@ -63,7 +67,12 @@ def _openblas_library() -> ctypes.CDLL | None:
     return None
 
 
-_openblas = _openblas_library()  # looked up once; an op never calls into it but to read the thread count
+_openblas = _openblas_library()  # looked up once; an op reads its thread count and calls its gemm (blas.py)
+_gemms = {np.dtype(t): find_gemm(_openblas, t) for t in (np.float32, np.float64)}
+
+
+def _gemm(dtype: np.dtype):
+    return _gemms.get(dtype)
 
 
 def _blas_function(names: tuple[str, ...], argtypes: list, restype) -> Callable | None:
@@ -147,10 +156,11 @@ _prange_lock = threading.Lock()
 _OPENMP_LIBRARIES = ("libgomp.so.1", "libiomp5.so", "libomp.so", "libomp.so.5")
 
 
-def _row_threads(work: float) -> int:
-    """How many of numba's threads a row kernel carrying `work` runs on: 1 unless `prange` pays and is safe."""
+def _row_threads(work: float, min_work: float | None = None) -> int:
+    """How many of numba's threads a kernel carrying `work` runs on: 1 unless `prange` pays (from min_work,
+    MIN_ROWS_WORK by default) and is safe."""
     global _PRANGE_OK
-    n = threads_for(work, 1 << 30, MIN_ROWS_WORK)
+    n = threads_for(work, 1 << 30, MIN_ROWS_WORK if min_work is None else min_work)
     if n > 1 and _PRANGE_OK is None:
         with _prange_lock:
             if _PRANGE_OK is None:
@@ -220,12 +230,17 @@ def run_rows(parallel_kernel: Callable, rows_kernel: Callable, work: float, *arg
     rows, n = args[0].shape[0], _row_threads(work)
     if n <= 1 or rows <= 1:
         return rows_kernel(*args, 0, rows)
+    return _on_numba_threads(n, parallel_kernel, *args, _parts(rows, n))
+
+
+def _on_numba_threads(n: int, kernel: Callable, *args):
+    """kernel(*args) with its `prange` on n of numba's threads (numba's count is per calling thread)."""
     import numba
 
     previous = numba.get_num_threads()
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     try:
-        return parallel_kernel(*args, _parts(rows, n))
+        return kernel(*args)
     finally:
         numba.set_num_threads(previous)
 
@@ -272,10 +287,23 @@ def parallel_for(task: Callable[[slice], None], n_items: int, work: float) -> No
 
 
 def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a (N, K) @ b (K, M), its row blocks on the pool when BLAS is single-threaded and the product large."""
-    n_rows = a.shape[0]
-    n = threads_for(float(a.shape[0]) * a.shape[1] * b.shape[1], n_rows)
-    if n <= 1 or a.ndim != 2 or b.ndim != 2:
+    """a (N, K) @ b (K, M), cut into row blocks when BLAS is single-threaded and the product large enough.
+
+    The blocks run on numba's threads, the same threads as the row kernels, each a call to numpy's BLAS
+    (blas.py); where that is not available (another BLAS, no safe threading layer), on the pool.
+    """
+    if a.ndim != 2 or b.ndim != 2:
+        return a @ b
+    n_rows, work = a.shape[0], float(a.shape[0]) * a.shape[1] * b.shape[1]
+    n = _row_threads(work, MIN_PRODUCT_WORK)
+    gemm = _gemm(a.dtype) if n > 1 and n_rows > 1 and a.dtype == b.dtype else None
+    layouts = (blas_operand(a), blas_operand(b)) if gemm is not None else (None,)
+    if None not in layouts:
+        out = np.empty((n_rows, b.shape[1]), a.dtype)
+        _on_numba_threads(n, matmul_rows_parallel, a, b, out, *layouts[0], *layouts[1], min(n, n_rows), gemm)
+        return out
+    n = threads_for(work, n_rows)
+    if n <= 1:
         return a @ b
     out = np.empty((n_rows, b.shape[1]), np.result_type(a, b))
 
