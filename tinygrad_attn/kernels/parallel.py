@@ -1,16 +1,19 @@
-"""Where tinygrad_attn's parallel work runs: one pool of threads, sized by `set_num_threads`.
+"""Where tinygrad_attn's parallel work runs, on n threads set by `set_num_threads`.
 
-Every parallel op cuts its work into independent items (row ranges of a row
-kernel, (groups, query block) pairs of attention, row blocks of a matrix
-product) and hands them to `parallel_for`. Each item runs single-threaded:
-numba kernels compiled `nogil`, and numpy's BLAS on small products. numpy and
-those kernels release the GIL, so the pool's threads really run at once.
+Every parallel op cuts its work into independent items, each run single-threaded:
+- row ranges of a row kernel, and row blocks of a large matrix product (each a
+  call to numpy's BLAS, blas.py), run in a numba `prange` on numba's threads:
+  a launch costs microseconds;
+- attention's (groups, query block) pairs, which call numpy, go to a pool of
+  Python threads (`parallel_for`): a hand-off costs tens of microseconds, paid
+  only by large work. numpy and the `nogil` kernels release the GIL, so the
+  pool's threads really run at once.
 
 Oversubscription: numpy's OpenBLAS has a thread pool of its own. When it has
 more than one thread, the items run on the calling thread (BLAS parallelises
-each product) rather than on the pool: n pool threads each asking a
+each product) rather than on the threads here: n threads each asking a
 multi-threaded BLAS for work would put n x m threads on the cores.
-`set_num_threads(n)` therefore sets BLAS to one thread and this pool to n,
+`set_num_threads(n)` therefore sets BLAS to one thread and the threads here to n,
 as `torch.set_num_threads` sets MKL's and OpenMP's; nothing here changes BLAS
 otherwise. An op never does.
 
@@ -37,8 +40,11 @@ from .blas import blas_operand, find_gemm, matmul_rows_parallel
 MIN_PARALLEL_WORK = 1 << 25
 # A launch on numba's threads costs far less, so row kernels pay from this many element visits.
 MIN_ROWS_WORK = 1 << 15
-# A matrix product's row blocks go to numba's threads from this many multiply-adds.
+# A matrix product's row blocks go to numba's threads from this many multiply-adds, and to the pool from
+# POOL_PRODUCT_WORK on: the hand-off is then small beside the product, and numba's OpenMP threads, which
+# spin for a while after each launch, would take the cores from the pool's threads running attention.
 MIN_PRODUCT_WORK = 1 << 22
+POOL_PRODUCT_WORK = 1 << 26
 ROW_PARTS_PER_THREAD = 4  # a row kernel's rows are cut into this many parts per thread, for balance
 
 
@@ -107,10 +113,11 @@ def get_num_threads() -> int:
 def set_num_threads(n: int) -> None:
     """Run tinygrad_attn's parallel work on n threads, like `torch.set_num_threads`.
 
-    A process setting, made only when called: the pool gets n threads and numpy's
-    OpenBLAS one thread, so that the pool's items (each with single-threaded BLAS)
-    are the only parallel work and the cores are never oversubscribed. Large
-    matrix products are then split by rows over the pool instead.
+    A process setting, made only when called: the pool and numba's kernels get n
+    threads and numpy's OpenBLAS one thread, so that the work cut up here (each
+    item with single-threaded BLAS) is the only parallel work and the cores are
+    never oversubscribed. Large matrix products are then split by rows instead,
+    on numba's threads (or on the pool where numpy's BLAS cannot be called from them).
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"set_num_threads: n must be an int, got {n!r}")
@@ -295,7 +302,7 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.ndim != 2 or b.ndim != 2:
         return a @ b
     n_rows, work = a.shape[0], float(a.shape[0]) * a.shape[1] * b.shape[1]
-    n = _row_threads(work, MIN_PRODUCT_WORK)
+    n = _row_threads(work, MIN_PRODUCT_WORK) if work < POOL_PRODUCT_WORK else 1
     gemm = _gemm(a.dtype) if n > 1 and n_rows > 1 and a.dtype == b.dtype else None
     layouts = (blas_operand(a), blas_operand(b)) if gemm is not None else (None,)
     if None not in layouts:
