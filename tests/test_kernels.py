@@ -187,6 +187,16 @@ def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, n, k, m, a_ho
         assert not calls
 
 
+def test_products_on_numba_threads_refuse_mismatched_shapes(monkeypatch):
+    """Shapes that do not chain never reach BLAS from numba's threads (it would read past the arrays)."""
+    monkeypatch.setattr(parallel, "MIN_PRODUCT_WORK", 0)
+    monkeypatch.setattr(parallel, "blas_threads", lambda: 1)
+    monkeypatch.setattr(parallel, "_num_threads", 3)
+    a, b = np.ones((64, 8), np.float32), np.ones((16, 8), np.float32)
+    with pytest.raises(ValueError, match="mismatch"):
+        parallel.row_split_matmul(a, b)
+
+
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Tiles of 4 queries (2 under the causal mask) x 3 keys, 4 x 6 from 6 queries on, 8 x 6 from 8, in chunks

@@ -299,8 +299,8 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     The blocks run on numba's threads, the same threads as the row kernels, each a call to numpy's BLAS
     (blas.py); where that is not available (another BLAS, no safe threading layer), on the pool.
     """
-    if a.ndim != 2 or b.ndim != 2:
-        return a @ b
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        return a @ b  # numpy's own checks and messages for anything else
     n_rows, work = a.shape[0], float(a.shape[0]) * a.shape[1] * b.shape[1]
     n = _row_threads(work, MIN_PRODUCT_WORK) if work < POOL_PRODUCT_WORK else 1
     gemm = _gemm(a.dtype) if n > 1 and n_rows > 1 and a.dtype == b.dtype else None
