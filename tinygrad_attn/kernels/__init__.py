@@ -4,7 +4,8 @@ Every kernel is a module-level `@njit(cache=True, nogil=True)` function, so
 the compiled code is cached on disk and reused by the next process, and
 several threads can run it at once. Matrix products are left to numpy's
 BLAS. Attention's parallel work goes through one pool of Python threads
-(parallel.py); row kernels use numba's threads (`prange`) only after
+(parallel.py); row kernels, and the row blocks of a mid-sized product (each a
+call to numpy's BLAS, blas.py), use numba's threads (`prange`) only after
 `set_num_threads` and only on a threading layer that several callers may share.
 """
 
