@@ -40,3 +40,17 @@ def sdpa_path(request):
     """Runs the test once on each attention implementation, as minitorch runs its tests on each backend."""
     with ta.sdpa_kernel(request.param):
         yield request.param
+
+
+def products_on_numba_threads(patch) -> list:
+    """With `patch` (a pytest MonkeyPatch), matrix products are cut into row blocks on numba's threads however
+    small, as after ta.set_num_threads(3); returns the list that records each such product."""
+    from tinygrad_attn.kernels import parallel
+
+    calls = []
+    patch.setattr(parallel, "MIN_PRODUCT_WORK", 0)
+    patch.setattr(parallel, "blas_threads", lambda: 1)
+    patch.setattr(parallel, "_num_threads", 3)
+    kernel = parallel.matmul_rows_parallel
+    patch.setattr(parallel, "matmul_rows_parallel", lambda *args: calls.append(1) or kernel(*args))
+    return calls

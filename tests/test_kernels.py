@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import products_on_numba_threads
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import njit
@@ -171,13 +172,8 @@ def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, n, k, m, a_ho
     layout; a layout BLAS cannot be told about (reversed, strided, empty) takes numpy's path."""
     rng = np.random.default_rng(seed)
     a, b = _view(rng, (n, k), dtype, a_how), _view(rng, (k, m), dtype, b_how)
-    calls = []
-    with monkeypatch.context() as mp:  # as after ta.set_num_threads(3), however small the product
-        mp.setattr(parallel, "MIN_PRODUCT_WORK", 0)
-        mp.setattr(parallel, "blas_threads", lambda: 1)
-        mp.setattr(parallel, "_num_threads", 3)
-        kernel = parallel.matmul_rows_parallel
-        mp.setattr(parallel, "matmul_rows_parallel", lambda *args: calls.append(1) or kernel(*args))
+    with monkeypatch.context() as mp:  # per example: the record starts empty
+        calls = products_on_numba_threads(mp)
         got = parallel.row_split_matmul(a, b)
     np.testing.assert_allclose(got, a @ b, **tol(dtype))
     describable = all(h in ("row-major", "transposed") for h in (a_how, b_how)) and min(n, k, m) > 0
@@ -189,9 +185,7 @@ def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, n, k, m, a_ho
 
 def test_products_on_numba_threads_refuse_mismatched_shapes(monkeypatch):
     """Shapes that do not chain never reach BLAS from numba's threads (it would read past the arrays)."""
-    monkeypatch.setattr(parallel, "MIN_PRODUCT_WORK", 0)
-    monkeypatch.setattr(parallel, "blas_threads", lambda: 1)
-    monkeypatch.setattr(parallel, "_num_threads", 3)
+    products_on_numba_threads(monkeypatch)
     a, b = np.ones((64, 8), np.float32), np.ones((16, 8), np.float32)
     with pytest.raises(ValueError, match="mismatch"):
         parallel.row_split_matmul(a, b)

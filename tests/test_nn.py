@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import arrays, shapes
+from conftest import arrays, products_on_numba_threads, shapes
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -27,22 +27,17 @@ def products(request, monkeypatch):
     """Linear's products on the calling thread, or (as after ta.set_num_threads(3)) cut into row blocks on
     numba's threads however small they are, each block a call to numpy's BLAS; gives the list of calls
     made so (None on one thread)."""
-    if request.param == "one thread":
-        return None
-    calls = []
-    monkeypatch.setattr(parallel, "MIN_PRODUCT_WORK", 0)
-    monkeypatch.setattr(parallel, "blas_threads", lambda: 1)
-    monkeypatch.setattr(parallel, "_num_threads", 3)
-    kernel = parallel.matmul_rows_parallel
-    monkeypatch.setattr(parallel, "matmul_rows_parallel", lambda *args: calls.append(1) or kernel(*args))
-    return calls
+    return None if request.param == "one thread" else products_on_numba_threads(monkeypatch)
 
 
 def _check_products_ran(products, rows):
-    """With numba's threads in use, a product of several rows went through them (not without a JIT)."""
+    """With numba's threads in use, a product of several rows went through them (not without a JIT); the
+    record is emptied after, since the fixture lives across hypothesis's examples."""
     threads = parallel._safe_numba_layer() and parallel._gemm(np.dtype(np.float64)) is not None
     if products is not None and rows > 1 and threads:
         assert products
+    if products is not None:
+        products.clear()
 
 
 @given(data=st.data(), lead=shapes(0, 2), n_in=st.integers(1, 4), n_out=st.integers(1, 4), bias=st.booleans())

@@ -163,7 +163,7 @@ _prange_lock = threading.Lock()
 _OPENMP_LIBRARIES = ("libgomp.so.1", "libiomp5.so", "libomp.so", "libomp.so.5")
 
 
-def _row_threads(work: float, min_work: float | None = None) -> int:
+def _numba_threads(work: float, min_work: float | None = None) -> int:
     """How many of numba's threads a kernel carrying `work` runs on: 1 unless `prange` pays (from min_work,
     MIN_ROWS_WORK by default) and is safe."""
     global _PRANGE_OK
@@ -219,7 +219,7 @@ def _loaded_openmp() -> ctypes.CDLL | None:
 def row_parts(rows: int, work: float) -> int:
     """How many parts a row kernel's `prange` driver cuts its rows into (1: the kernel runs on the calling
     thread)."""
-    return _parts(rows, _row_threads(work))
+    return _parts(rows, _numba_threads(work))
 
 
 def _parts(rows: int, n: int) -> int:
@@ -234,7 +234,7 @@ def run_rows(parallel_kernel: Callable, rows_kernel: Callable, work: float, *arg
     costs tens, so they use numba's threads, as many as this pool has (numba's count is per calling
     thread, so setting it here changes nothing for other threads).
     """
-    rows, n = args[0].shape[0], _row_threads(work)
+    rows, n = args[0].shape[0], _numba_threads(work)
     if n <= 1 or rows <= 1:
         return rows_kernel(*args, 0, rows)
     return _on_numba_threads(n, parallel_kernel, *args, _parts(rows, n))
@@ -302,12 +302,12 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         return a @ b  # numpy's own checks and messages for anything else
     n_rows, work = a.shape[0], float(a.shape[0]) * a.shape[1] * b.shape[1]
-    n = _row_threads(work, MIN_PRODUCT_WORK) if work < POOL_PRODUCT_WORK else 1
+    n = _numba_threads(work, MIN_PRODUCT_WORK) if work < POOL_PRODUCT_WORK else 1
     gemm = _gemm(a.dtype) if n > 1 and n_rows > 1 and a.dtype == b.dtype else None
-    layouts = (blas_operand(a), blas_operand(b)) if gemm is not None else (None,)
-    if None not in layouts:
+    a_layout, b_layout = (blas_operand(a), blas_operand(b)) if gemm is not None else (None, None)
+    if a_layout is not None and b_layout is not None:
         out = np.empty((n_rows, b.shape[1]), a.dtype)
-        _on_numba_threads(n, matmul_rows_parallel, a, b, out, *layouts[0], *layouts[1], min(n, n_rows), gemm)
+        _on_numba_threads(n, matmul_rows_parallel, a, b, out, *a_layout, *b_layout, min(n, n_rows), gemm)
         return out
     n = threads_for(work, n_rows)
     if n <= 1:
