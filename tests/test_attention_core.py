@@ -268,6 +268,18 @@ def test_set_num_threads_errors():
         ta.set_num_threads(0)
 
 
+@pytest.mark.parametrize("cpus", [1, 2, 6])
+def test_set_num_threads_uses_at_most_the_cpus_it_may_run_on(monkeypatch, cpus):
+    monkeypatch.setattr(parallel, "_num_threads", parallel._num_threads)  # restored afterwards
+    monkeypatch.setattr(parallel, "_set_blas_threads", lambda n: None)  # leave this process's BLAS alone
+    monkeypatch.setattr(parallel, "blas_threads", lambda: 1)
+    monkeypatch.setattr(parallel, "_available_cpus", lambda: cpus)
+    for n in (1, cpus, cpus + 1, 4 * cpus):
+        ta.set_num_threads(n)
+        assert ta.get_num_threads() == min(n, cpus)
+        assert parallel.threads_for(float("inf"), 100) == min(n, cpus)  # what the pool and numba are given
+
+
 def test_parallel_for_raises_a_worker_error_after_all_slices(pool_mode):
     done = []
 

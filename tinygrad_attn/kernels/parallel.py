@@ -48,14 +48,15 @@ POOL_PRODUCT_WORK = 1 << 26
 ROW_PARTS_PER_THREAD = 4  # a row kernel's rows are cut into this many parts per thread, for balance
 
 
-def _default_threads() -> int:
+def _available_cpus() -> int:
+    """The CPUs this process may run on (its affinity), read at each call."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
 
 
-_num_threads = _default_threads()
+_num_threads = _available_cpus()
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
 _inside_worker = threading.local()
@@ -106,7 +107,7 @@ def blas_threads() -> int | None:
 
 
 def get_num_threads() -> int:
-    """The thread count of tinygrad_attn's pool."""
+    """How many threads tinygrad_attn's parallel work runs on (set_num_threads's n, at most the CPUs)."""
     return _num_threads
 
 
@@ -118,13 +119,15 @@ def set_num_threads(n: int) -> None:
     item with single-threaded BLAS) is the only parallel work and the cores are
     never oversubscribed. Large matrix products are then split by rows instead,
     on numba's threads (or on the pool where numpy's BLAS cannot be called from them).
+    An n above the CPUs this process may run on is cut to them: threads beyond the
+    cores only take turns on them, and time would rise as threads are added.
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"set_num_threads: n must be an int, got {n!r}")
     if n < 1:
         raise ValueError(f"set_num_threads: n must be at least 1, got {n}")
     global _num_threads
-    _num_threads = int(n)
+    _num_threads = min(int(n), _available_cpus())
     if _set_blas_threads is not None:
         _set_blas_threads(1)
 
