@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -291,3 +292,19 @@ def test_parallel_for_raises_a_worker_error_after_all_slices(pool_mode):
     with pytest.raises(KeyError, match="boom"):
         parallel.parallel_for(task, 10, 1e9)
     assert sorted(x.start for x in done) == [0, 5]
+
+
+def test_parallel_each_runs_every_item_once_on_the_threads_that_are_free(pool_mode):
+    """Items are claimed one at a time: a thread held up by a long item leaves the rest to the others."""
+    ran, lock = [], threading.Lock()
+
+    def run(item):
+        if item == 0:
+            time.sleep(0.2)  # the first (largest) item: the other thread takes everything else meanwhile
+        with lock:
+            ran.append((item, threading.get_ident()))
+
+    parallel.parallel_each(run, list(range(20)), 1e9)
+    assert sorted(item for item, _ in ran) == list(range(20))
+    slow_thread = next(ident for item, ident in ran if item == 0)
+    assert [item for item, ident in ran if ident == slow_thread] == [0]

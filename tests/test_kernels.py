@@ -391,22 +391,62 @@ def test_transposed_heads_in_place_or_copied_first(monkeypatch, copied_first):
 
 
 @given(n_outer=st.integers(1, 5), n_inner=st.integers(1, 6), tq=st.integers(1, 9), tk=st.integers(1, 9),
-       tile_bytes=st.integers(1, 400))
-def test_group_chunks_cover_each_group_once(monkeypatch, n_outer, n_inner, tq, tk, tile_bytes):
+       tile_bytes=st.integers(1, 400), min_chunks=st.integers(1, 40))
+def test_group_chunks_cover_each_group_once(monkeypatch, n_outer, n_inner, tq, tk, tile_bytes, min_chunks):
     monkeypatch.setattr(layout, "TILE_BYTES", tile_bytes)
-    size = max(1, tile_bytes // (tq * tk * 4))
+    groups = n_outer * n_inner
+    size = max(1, min(tile_bytes // (tq * tk * 4), -(-groups // min_chunks)))  # no chunk above a thread's share
+    chunks = layout.group_chunks((n_outer, n_inner, tq, tk), (16, 16), 4, min_chunks)
     covered = []
-    for ps, hs in layout.group_chunks((n_outer, n_inner, tq, tk), (16, 16), 4):
+    for ps, hs in chunks:
         assert (ps.stop - ps.start) * (hs.stop - hs.start) <= size
         covered += [p * n_inner + h for p in range(ps.start, ps.stop) for h in range(hs.start, hs.stop)]
-    assert covered == list(range(n_outer * n_inner))
+    assert covered == list(range(groups))
 
 
-@given(tk=st.integers(0, 40), bk=st.integers(1, 8), n=st.integers(1, 6))
-def test_key_ranges_cover_the_keys_in_whole_tiles(tk, bk, n):
-    ranges = layout.key_ranges(tk, (1, bk), n)
+def _key_range_work(tq, causal, tile, keys):
+    """Score entries the backward computes for a key range: every query block's tiles within it."""
+    return sum((rows.stop - rows.start) * (cols.stop - cols.start)
+               for rows in layout.query_blocks(tq, tile) for cols, _ in layout.key_tiles(rows, keys.stop, causal, tile,
+                                                                                          keys))
+
+
+@given(tq=st.integers(0, 40), tk=st.integers(0, 40), bq=st.integers(1, 8), bk=st.integers(1, 8),
+       causal=st.booleans(), n=st.integers(1, 6))
+def test_key_ranges_cover_the_keys_in_whole_tiles_with_about_equal_work(tq, tk, bq, bk, causal, n):
+    tile = (bq, bk)
+    ranges = layout.key_ranges(tq, tk, causal, tile, n)
     assert len(ranges) <= n and [i for r in ranges for i in range(r.start, r.stop)] == list(range(tk))
     assert all(r.start % bk == 0 for r in ranges)
+    assert len(ranges) == min(n, -(-tk // bk))  # as many ranges as threads, where there are tiles enough
+    work = [_key_range_work(tq, causal, tile, r) for r in ranges]
+    heaviest_tile = max((_key_range_work(tq, causal, tile, slice(c, min(c + bk, tk))) for c in range(0, tk, bk)),
+                        default=0)
+    assert all(w <= sum(work) / max(len(ranges), 1) + heaviest_tile for w in work)  # no range a tile over its share
+
+
+def _busiest_thread_share(items: list[float], n: int) -> float:
+    """Each item goes to whichever of n threads is free first, in order: the busiest one's work / an even share."""
+    loads = [0.0] * n
+    for work in items:
+        loads[loads.index(min(loads))] += work
+    return max(loads) * n / sum(items)
+
+
+@pytest.mark.parametrize("b, t, heads", [(8, 256, 8), (4, 1024, 8), (1, 4096, 8)])
+@pytest.mark.parametrize("n", [2, 4, 8, 16])
+def test_attention_work_is_shared_evenly_among_many_threads(b, t, heads, n):
+    """The cut flash.py makes for n threads (chunks, query blocks, key ranges), with the tile areas each item
+    computes under the causal mask: no thread carries more than 1.2 times an even share."""
+    tile, area = layout.tile_shape(t, True), lambda rows, cols: (rows.stop - rows.start) * (cols.stop - cols.start)
+    blocks, size = layout.query_blocks(t, tile), lambda c: (c[0].stop - c[0].start) * (c[1].stop - c[1].start)
+    chunks = layout.group_chunks((b, heads, t, t), tile, 4, -(-2 * n // len(blocks)))
+    forward = [size(c) * sum(area(rows, cols) for cols, _ in layout.key_tiles(rows, t, True, tile))
+               for rows in reversed(blocks) for c in chunks]
+    chunks = layout.group_chunks((b, heads, t, t), tile, 4, n)
+    ranges = layout.key_ranges(t, t, True, tile, -(-n // len(chunks)))
+    backward = [size(c) * _key_range_work(t, True, tile, keys) for keys in ranges for c in chunks]
+    assert _busiest_thread_share(forward, n) <= 1.2 and _busiest_thread_share(backward, n) <= 1.2
 
 
 def test_flash_attention_keeps_memory_per_tile():

@@ -131,11 +131,13 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
     out = new_like(q, v.shape[3])
     lse = np.empty((n_outer, n_inner, tq), q.dtype)
     kt = np.empty(k.shape[:2] + k.shape[:1:-1], k.dtype)
-    chunks = group_chunks((n_outer, n_inner, tq, tk), tile, q.itemsize)
+    blocks, work = query_blocks(tq, tile), float(q.size) * tk
+    min_chunks = -(-2 * threads_for(work, 1 << 30) // max(len(blocks), 1))  # two items or more per thread
+    chunks = group_chunks((n_outer, n_inner, tq, tk), tile, q.itemsize, min_chunks)
     parallel_each(lambda groups: transposed(k[groups], scale, kt[groups]), chunks, k.size)
-    items = [(groups, rows) for groups in chunks for rows in query_blocks(tq, tile)]
+    items = [(groups, rows) for rows in reversed(blocks) for groups in chunks]  # largest first under the mask
     parallel_each(lambda item: attend_query_block(q, kt[item[0]], v, bias, *item, causal, tile, out, lse),
-                  items, float(q.size) * tk)
+                  items, work)
     return out, lse, kt
 
 
@@ -150,9 +152,10 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, kt, scale, causal, bia
     """
     (n_outer, n_inner, tq, _), tk = q.shape, k.shape[2]
     tile = tile_shape(tq, causal)
-    chunks = group_chunks((n_outer, n_inner, tq, tk), tile, q.itemsize)
     work = float(q.size) * tk * 2
-    ranges = key_ranges(tk, tile, -(-threads_for(work, len(chunks) * tk) // max(len(chunks), 1)))
+    threads = threads_for(work, 1 << 30)
+    chunks = group_chunks((n_outer, n_inner, tq, tk), tile, q.itemsize, threads)
+    ranges = key_ranges(tq, tk, causal, tile, -(-threads // max(len(chunks), 1)))
     once = (tk <= tile[1] and len(ranges) <= 1, tq <= tile[0])  # (dq's rows, dk's and dv's) meet one tile each
     targets = grads or (None, None, None)
     dq, dk, dv = (_gradient(target, a, written) for target, a, written in zip(targets, (q, k, v), once + once[1:]))
@@ -169,7 +172,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, kt, scale, causal, bia
                 backward_tile(q, k, kt[groups], v_t[groups], grad_out, chunk_lse, chunk_delta, bias, groups, rows,
                               cols, crosses, scale, dq_parts[r][groups], dk[groups], dv[groups], once)
 
-    parallel_each(run, [(groups, r) for groups in chunks for r in range(len(ranges))], work)
+    parallel_each(run, [(groups, r) for r in range(len(ranges)) for groups in chunks], work)  # early keys: most work
     for part in dq_parts[1:]:
         dq += part
     result = (dq, dk, dv)

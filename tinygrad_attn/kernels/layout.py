@@ -88,11 +88,13 @@ def tile_shape(tq: int, causal: bool) -> tuple[int, int]:
     return (max(1, BLOCK_Q // 2) if causal else BLOCK_Q), BLOCK_K
 
 
-def group_chunks(grid_shape: tuple[int, ...], tile: tuple[int, int], itemsize: int) -> list[tuple[slice, slice]]:
-    """The grid (P, Q, ...) cut into rectangles (P slice, Q slice) whose score tile stays near TILE_BYTES."""
+def group_chunks(grid_shape: tuple[int, ...], tile: tuple[int, int], itemsize: int,
+                 min_chunks: int = 1) -> list[tuple[slice, slice]]:
+    """The grid (P, Q, ...) cut into rectangles (P slice, Q slice) whose score tile stays near TILE_BYTES,
+    and into at least min_chunks of them where there are that many groups (so that n threads have work)."""
     n_outer, n_inner, tq, tk = grid_shape
     tile_bytes = max(min(tile[0], tq) * min(tile[1], tk) * itemsize, 1)
-    size = max(1, TILE_BYTES // tile_bytes)
+    size = max(1, min(TILE_BYTES // tile_bytes, -(-n_outer * n_inner // max(min_chunks, 1))))
     chunks, g, end = [], 0, n_outer * n_inner
     while g < end:
         p, h = divmod(g, n_inner)
@@ -121,9 +123,21 @@ def key_tiles(rows: slice, tk: int, causal: bool, tile: tuple[int, int], keys: s
         yield slice(c0, c1), causal and c1 - 1 > rows.start
 
 
-def key_ranges(tk: int, tile: tuple[int, int], n: int) -> list[slice]:
-    """The keys cut into at most n ranges of whole key tiles."""
-    n_tiles = max(1, -(-tk // tile[1]))
-    parts = min(n, n_tiles)
-    bounds = [n_tiles * i // parts * tile[1] for i in range(parts + 1)]  # integers: no numpy call per op
-    return [slice(a, min(b, tk)) for a, b in zip(bounds[:-1], bounds[1:]) if min(b, tk) > a]
+def key_ranges(tq: int, tk: int, causal: bool, tile: tuple[int, int], n: int) -> list[slice]:
+    """The keys cut into at most n ranges of whole key tiles, carrying about equal work.
+
+    A key tile's work is the number of query rows whose blocks reach it: every row without the mask, under
+    the causal mask only the blocks from the diagonal down, so the early ranges are cut narrower.
+    """
+    if tk == 0:
+        return []
+    starts = range(0, tk, tile[1])
+    blocks = query_blocks(tq, tile)
+    work = [sum(r.stop - r.start for r in blocks if not causal or r.stop > c0) for c0 in starts]
+    parts, total, done, cuts = min(n, len(work)), sum(work), 0, [0]
+    for i, w in enumerate(work[:-1]):  # a range ends once the ranges so far hold their share of the work
+        done += w
+        if len(cuts) < parts and done * parts >= total * len(cuts):
+            cuts.append(i + 1)
+    edges = [starts[c] for c in cuts] + [tk]
+    return [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]

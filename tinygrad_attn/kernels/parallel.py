@@ -325,17 +325,27 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def parallel_each(run: Callable, items: list, work: float) -> None:
-    """run(item) for every item, the items dealt round-robin to the threads (items late in a causal
-    sequence carry more work, so contiguous shares would be uneven)."""
+    """run(item) for every item, each thread claiming the next unclaimed item whenever it is free.
+
+    Give the items largest first (under the causal mask, late query blocks and early key ranges carry the
+    most work): the last items to be claimed are then small ones, and the threads finish close together.
+    """
     n = threads_for(work, len(items))
-
-    def share(threads: slice) -> None:
-        for t in range(threads.start, threads.stop):
-            for item in items[t::n]:
-                run(item)
-
     if n <= 1:
         for item in items:
             run(item)
-    else:
-        parallel_for(share, n, float("inf"))
+        return
+    claims, lock = iter(items), threading.Lock()
+
+    def claim_until_done(_: slice) -> None:
+        while True:
+            with lock:
+                item = next(claims, _DONE)
+            if item is _DONE:
+                return
+            run(item)
+
+    parallel_for(claim_until_done, n, float("inf"))
+
+
+_DONE = object()
