@@ -132,7 +132,8 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
     lse = np.empty((n_outer, n_inner, tq), q.dtype)
     kt = np.empty(k.shape[:2] + k.shape[:1:-1], k.dtype)
     blocks, work = query_blocks(tq, tile), float(q.size) * tk
-    min_chunks = -(-2 * threads_for(work, 1 << 30) // max(len(blocks), 1))  # two items or more per thread
+    threads = threads_for(work, 1 << 30)
+    min_chunks = -(-2 * threads // max(len(blocks), 1)) if threads > 1 else 1  # two items or more per thread
     chunks = group_chunks((n_outer, n_inner, tq, tk), tile, q.itemsize, min_chunks)
     parallel_each(lambda groups: transposed(k[groups], scale, kt[groups]), chunks, k.size)
     items = [(groups, rows) for rows in reversed(blocks) for groups in chunks]  # largest first under the mask

@@ -335,17 +335,14 @@ def parallel_each(run: Callable, items: list, work: float) -> None:
         for item in items:
             run(item)
         return
-    claims, lock = iter(items), threading.Lock()
+    claims, lock, done = iter(items), threading.Lock(), object()
 
     def claim_until_done(_: slice) -> None:
         while True:
             with lock:
-                item = next(claims, _DONE)
-            if item is _DONE:
+                item = next(claims, done)
+            if item is done:
                 return
             run(item)
 
     parallel_for(claim_until_done, n, float("inf"))
-
-
-_DONE = object()
