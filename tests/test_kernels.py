@@ -436,17 +436,24 @@ def _busiest_thread_share(items: list[float], n: int) -> float:
 @pytest.mark.parametrize("b, t, heads", [(8, 256, 8), (4, 1024, 8), (1, 4096, 8)])
 @pytest.mark.parametrize("n", [2, 4, 8, 16])
 def test_attention_work_is_shared_evenly_among_many_threads(b, t, heads, n):
-    """The cut flash.py makes for n threads (chunks, query blocks, key ranges), with the tile areas each item
+    """The items flash.py makes for n threads (chunks, query blocks, key ranges), with the tile areas each one
     computes under the causal mask: no thread carries more than 1.2 times an even share."""
-    tile, area = layout.tile_shape(t, True), lambda rows, cols: (rows.stop - rows.start) * (cols.stop - cols.start)
-    blocks, size = layout.query_blocks(t, tile), lambda c: (c[0].stop - c[0].start) * (c[1].stop - c[1].start)
-    chunks = layout.group_chunks((b, heads, t, t), tile, 4, -(-2 * n // len(blocks)))
-    forward = [size(c) * sum(area(rows, cols) for cols, _ in layout.key_tiles(rows, t, True, tile))
-               for rows in reversed(blocks) for c in chunks]
-    chunks = layout.group_chunks((b, heads, t, t), tile, 4, n)
-    ranges = layout.key_ranges(t, t, True, tile, -(-n // len(chunks)))
-    backward = [size(c) * _key_range_work(t, True, tile, keys) for keys in ranges for c in chunks]
+    tile, grid = layout.tile_shape(t, True), (b, heads, t, t)
+    size = lambda c: (c[0].stop - c[0].start) * (c[1].stop - c[1].start)  # noqa: E731  (groups in a chunk)
+    _, items = layout.forward_items(grid, tile, 4, n)
+    forward = [size(groups) * sum((rows.stop - rows.start) * (cols.stop - cols.start)
+                                  for cols, _ in layout.key_tiles(rows, t, True, tile)) for groups, rows in items]
+    _, ranges, items = layout.backward_items(grid, tile, 4, n, True)
+    backward = [size(groups) * _key_range_work(t, True, tile, ranges[r]) for groups, r in items]
     assert _busiest_thread_share(forward, n) <= 1.2 and _busiest_thread_share(backward, n) <= 1.2
+
+
+def test_attention_on_one_thread_keeps_chunks_as_the_cache_sizes_them():
+    """Cutting chunks finer pays only for threads: on one, each numpy call keeps covering as many groups."""
+    for grid in [(32, 4, 32, 32), (8, 8, 256, 256), (1, 8, 4096, 4096)]:
+        tile = layout.tile_shape(grid[2], True)
+        assert layout.forward_items(grid, tile, 4, 1)[0] == layout.group_chunks(grid, tile, 4)
+        assert layout.backward_items(grid, tile, 4, 1, True)[0] == layout.group_chunks(grid, tile, 4)
 
 
 def test_flash_attention_keeps_memory_per_tile():

@@ -31,10 +31,10 @@ import numpy as np
 
 from .layout import (
     as_group_grid,
+    backward_items,
     bias_tile,
+    forward_items,
     grid_bias,
-    group_chunks,
-    key_ranges,
     key_tiles,
     new_like,
     query_blocks,
@@ -131,12 +131,9 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
     out = new_like(q, v.shape[3])
     lse = np.empty((n_outer, n_inner, tq), q.dtype)
     kt = np.empty(k.shape[:2] + k.shape[:1:-1], k.dtype)
-    blocks, work = query_blocks(tq, tile), float(q.size) * tk
-    threads = threads_for(work, 1 << 30)
-    min_chunks = -(-2 * threads // max(len(blocks), 1)) if threads > 1 else 1  # two items or more per thread
-    chunks = group_chunks((n_outer, n_inner, tq, tk), tile, q.itemsize, min_chunks)
+    work = float(q.size) * tk
+    chunks, items = forward_items((n_outer, n_inner, tq, tk), tile, q.itemsize, threads_for(work, 1 << 30))
     parallel_each(lambda groups: transposed(k[groups], scale, kt[groups]), chunks, k.size)
-    items = [(groups, rows) for rows in reversed(blocks) for groups in chunks]  # largest first under the mask
     parallel_each(lambda item: attend_query_block(q, kt[item[0]], v, bias, *item, causal, tile, out, lse),
                   items, work)
     return out, lse, kt
@@ -154,9 +151,8 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, kt, scale, causal, bia
     (n_outer, n_inner, tq, _), tk = q.shape, k.shape[2]
     tile = tile_shape(tq, causal)
     work = float(q.size) * tk * 2
-    threads = threads_for(work, 1 << 30)
-    chunks = group_chunks((n_outer, n_inner, tq, tk), tile, q.itemsize, threads)
-    ranges = key_ranges(tq, tk, causal, tile, -(-threads // max(len(chunks), 1)))
+    chunks, ranges, items = backward_items((n_outer, n_inner, tq, tk), tile, q.itemsize, threads_for(work, 1 << 30),
+                                           causal)
     once = (tk <= tile[1] and len(ranges) <= 1, tq <= tile[0])  # (dq's rows, dk's and dv's) meet one tile each
     targets = grads or (None, None, None)
     dq, dk, dv = (_gradient(target, a, written) for target, a, written in zip(targets, (q, k, v), once + once[1:]))
@@ -173,7 +169,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, kt, scale, causal, bia
                 backward_tile(q, k, kt[groups], v_t[groups], grad_out, chunk_lse, chunk_delta, bias, groups, rows,
                               cols, crosses, scale, dq_parts[r][groups], dk[groups], dv[groups], once)
 
-    parallel_each(run, [(groups, r) for r in range(len(ranges)) for groups in chunks], work)  # early keys: most work
+    parallel_each(run, items, work)
     for part in dq_parts[1:]:
         dq += part
     result = (dq, dk, dv)

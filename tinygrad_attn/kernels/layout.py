@@ -141,3 +141,27 @@ def key_ranges(tq: int, tk: int, causal: bool, tile: tuple[int, int], n: int) ->
             cuts.append(i + 1)
     edges = [starts[c] for c in cuts] + [tk]
     return [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def forward_items(grid_shape: tuple[int, ...], tile: tuple[int, int], itemsize: int, threads: int):
+    """The forward's chunks and its work items (chunk, query block) for `threads` threads, largest first.
+
+    Chunks are cut finer where that gives each thread two items or more. Under the causal mask late query
+    blocks see the most keys, so they come first: the threads claim items in order, and the last to be
+    claimed are then small ones.
+    """
+    blocks = query_blocks(grid_shape[2], tile)
+    min_chunks = -(-2 * threads // max(len(blocks), 1)) if threads > 1 else 1
+    chunks = group_chunks(grid_shape, tile, itemsize, min_chunks)
+    return chunks, [(groups, rows) for rows in reversed(blocks) for groups in chunks]
+
+
+def backward_items(grid_shape: tuple[int, ...], tile: tuple[int, int], itemsize: int, threads: int, causal: bool):
+    """The backward's chunks, key ranges and work items (chunk, key range index) for `threads` threads.
+
+    At least `threads` chunks where there are groups enough; where there are not, the keys are cut into
+    ranges of equal work as well. Early keys are seen by the most queries, so their items come first.
+    """
+    chunks = group_chunks(grid_shape, tile, itemsize, threads)
+    ranges = key_ranges(grid_shape[2], grid_shape[3], causal, tile, -(-threads // max(len(chunks), 1)))
+    return chunks, ranges, [(groups, r) for r in range(len(ranges)) for groups in chunks]
