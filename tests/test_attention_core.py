@@ -115,13 +115,21 @@ def test_softmax_of_an_all_nan_row_is_nan():
         assert np.isnan(out[0]).all() and np.isnan(out[1, 0]) and np.isfinite(out[2]).all()
 
 
-@pytest.fixture
-def pool_mode(monkeypatch):
-    """As after ta.set_num_threads(2): the pool runs the work, whatever its size."""
+def _in_parallel(monkeypatch, where):
+    """As after ta.set_num_threads(2): work is shared among threads whatever its size, on numba's threads or
+    (as where numba has no threading layer several Python threads may call) on the pool of Python threads."""
     monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
     monkeypatch.setattr(parallel, "MIN_ROWS_WORK", 0)
     monkeypatch.setattr(parallel, "blas_threads", lambda: 1)
     monkeypatch.setattr(parallel, "_num_threads", 2)
+    if where == "python pool":
+        monkeypatch.setattr(parallel, "_numba_ready", lambda: False)
+
+
+@pytest.fixture(params=["numba threads", "python pool"])
+def parallel_mode(monkeypatch, request):
+    _in_parallel(monkeypatch, request.param)
+    return request.param
 
 
 def _run_threads(targets, timeout):
@@ -133,10 +141,10 @@ def _run_threads(targets, timeout):
     assert not any(thread.is_alive() for thread in threads), "a thread hung"
 
 
-@pytest.mark.parametrize("mode", ["default", "pool"])
-def test_attention_beside_numpy_matmuls_in_another_thread(request, mode):
-    if mode == "pool":
-        request.getfixturevalue("pool_mode")
+@pytest.mark.parametrize("mode", ["default", "numba threads", "python pool"])
+def test_attention_beside_numpy_matmuls_in_another_thread(monkeypatch, mode):
+    if mode != "default":
+        _in_parallel(monkeypatch, mode)
     blas_before = parallel.blas_threads()
     rng = np.random.default_rng(0)
     q, k, v = (T(rng.normal(size=(1, 4, 1024, 32)).astype(np.float32)) for _ in range(3))
@@ -169,10 +177,10 @@ def test_attention_beside_numpy_matmuls_in_another_thread(request, mode):
     assert parallel.blas_threads() == blas_before  # no op changed BLAS's thread count
 
 
-@pytest.mark.parametrize("mode", ["default", "pool"])
-def test_two_threads_running_multi_head_attention(request, mode):
-    if mode == "pool":
-        request.getfixturevalue("pool_mode")
+@pytest.mark.parametrize("mode", ["default", "numba threads", "python pool"])
+def test_two_threads_running_multi_head_attention(monkeypatch, mode):
+    if mode != "default":
+        _in_parallel(monkeypatch, mode)
     blas_before = parallel.blas_threads()
     ta.manual_seed(0)
     mha = nn.MultiHeadAttention(32, 4)
@@ -281,7 +289,7 @@ def test_set_num_threads_uses_at_most_the_cpus_it_may_run_on(monkeypatch, cpus):
         assert parallel.threads_for(float("inf"), 100) == min(n, cpus)  # what the pool and numba are given
 
 
-def test_parallel_for_raises_a_worker_error_after_all_slices(pool_mode):
+def test_parallel_for_raises_a_worker_error_after_all_slices(parallel_mode):
     done = []
 
     def task(s):
@@ -294,7 +302,26 @@ def test_parallel_for_raises_a_worker_error_after_all_slices(pool_mode):
     assert sorted(x.start for x in done) == [0, 5]
 
 
-def test_parallel_each_runs_every_item_once_on_the_threads_that_are_free(pool_mode):
+def test_parallel_work_runs_on_numba_threads_where_it_can(parallel_mode):
+    """One set of threads for all parallel work: parallel_for's slices run on numba's threads (ctypes names
+    them Dummy-N), unless numba has no safe threading layer; then on the pool's threads."""
+    ran, lock = [], threading.Lock()
+
+    def task(s):
+        time.sleep(0.05)  # every slice is running before any ends, so none shares a thread with another
+        with lock:
+            ran.append((s.start, threading.get_ident(), threading.current_thread().name))
+
+    parallel.parallel_for(task, 2, 1e9)
+    assert sorted(start for start, _, _ in ran) == [0, 1] and len({ident for _, ident, _ in ran}) == 2
+    on_pool = [name.startswith("tinygrad_attn") for _, _, name in ran]
+    if parallel_mode == "python pool" or not parallel._numba_ready():
+        assert on_pool.count(True) == 1  # the calling thread takes a share itself
+    else:
+        assert not any(on_pool)
+
+
+def test_parallel_each_runs_every_item_once_on_the_threads_that_are_free(parallel_mode):
     """Items are claimed one at a time: a thread held up by a long item leaves the rest to the others."""
     ran, lock = [], threading.Lock()
 

@@ -191,11 +191,13 @@ def test_products_on_numba_threads_refuse_mismatched_shapes(monkeypatch):
         parallel.row_split_matmul(a, b)
 
 
-@pytest.fixture
-def small_blocks(monkeypatch):
+@pytest.fixture(params=["numba threads", "python pool"])
+def small_blocks(monkeypatch, request):
     """Tiles of 4 queries (2 under the causal mask) x 3 keys, 4 x 6 from 6 queries on, 8 x 6 from 8, in chunks
     of 2 groups, so short sequences cross many tile borders, with the work shared among 3 threads however
-    small it is."""
+    small it is: numba's, or (as where numba has no safe threading layer) the pool of Python threads."""
+    if request.param == "python pool":
+        monkeypatch.setattr(parallel, "_numba_ready", lambda: False)
     monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
     monkeypatch.setattr(parallel, "MIN_ROWS_WORK", 0)
     monkeypatch.setattr(parallel, "blas_threads", lambda: 1)  # as after ta.set_num_threads: the pool runs

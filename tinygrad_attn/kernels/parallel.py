@@ -1,13 +1,16 @@
-"""Where tinygrad_attn's parallel work runs, on n threads set by `set_num_threads`.
+"""Where tinygrad_attn's parallel work runs: on numba's threads, n of them (`set_num_threads`).
 
 Every parallel op cuts its work into independent items, each run single-threaded:
 - row ranges of a row kernel, and row blocks of a large matrix product (each a
-  call to numpy's BLAS, blas.py), run in a numba `prange` on numba's threads:
-  a launch costs microseconds;
-- attention's (groups, query block) pairs, which call numpy, go to a pool of
-  Python threads (`parallel_for`): a hand-off costs tens of microseconds, paid
-  only by large work. numpy and the `nogil` kernels release the GIL, so the
-  pool's threads really run at once.
+  call to numpy's BLAS, blas.py), in a numba `prange`: a launch costs microseconds;
+- attention's (groups, query block) items, written in Python with numpy, through
+  `parallel_for`: a `prange` whose every part calls back into Python (a ctypes
+  callback, which takes the GIL; numpy and the `nogil` kernels inside let it go,
+  so the parts really run at once). One set of threads does all the parallel
+  work: a second set (a pool of Python threads) lost its cores to numba's
+  threads, which spin for milliseconds after each launch before they sleep.
+  Where numba has no threading layer that several Python threads may call at
+  once, `parallel_for` falls back to a pool of Python threads.
 
 Oversubscription: numpy's OpenBLAS has a thread pool of its own. When it has
 more than one thread, the items run on the calling thread (BLAS parallelises
@@ -17,34 +20,34 @@ multi-threaded BLAS for work would put n x m threads on the cores.
 as `torch.set_num_threads` sets MKL's and OpenMP's; nothing here changes BLAS
 otherwise. An op never does.
 
-Thread safety: concurrent callers share the pool (its queue bounds the
-threads at n), the pool is created under a lock, and an item that itself
-calls `parallel_for` runs its items inline, so no worker waits on the pool.
+Thread safety: each calling Python thread gets its own team of numba's threads
+(the fallback pool is shared, created under a lock, its queue bounding the
+threads at n), and an item that itself calls `parallel_for` runs its items
+inline, so no worker waits on another.
 """
 
 from __future__ import annotations
 
 import ctypes
 import glob
+import itertools
 import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from numba import njit, prange
 
 from .blas import blas_operand, find_gemm, matmul_rows_parallel
 
-# Below this many multiply-adds an item list runs on the calling thread: handing work to Python threads and
-# waiting for it (thread wake-ups) pays only for about a millisecond of work (docs/performance.md, Threads).
+# Below this many multiply-adds an item list runs on the calling thread: running Python on other threads
+# and waiting for it pays only for about a millisecond of work (docs/performance.md, Threads).
 MIN_PARALLEL_WORK = 1 << 25
-# A launch on numba's threads costs far less, so row kernels pay from this many element visits.
+# A numba kernel's launch costs far less, so row kernels pay from this many element visits,
 MIN_ROWS_WORK = 1 << 15
-# A matrix product's row blocks go to numba's threads from this many multiply-adds, and to the pool from
-# POOL_PRODUCT_WORK on: the hand-off is then small beside the product, and numba's OpenMP threads, which
-# spin for a while after each launch, would take the cores from the pool's threads running attention.
+# and a matrix product's row blocks (each a BLAS call from numba's threads) from this many multiply-adds.
 MIN_PRODUCT_WORK = 1 << 22
-POOL_PRODUCT_WORK = 1 << 26
 ROW_PARTS_PER_THREAD = 4  # a row kernel's rows are cut into this many parts per thread, for balance
 
 
@@ -169,16 +172,22 @@ _OPENMP_LIBRARIES = ("libgomp.so.1", "libiomp5.so", "libomp.so", "libomp.so.5")
 def _numba_threads(work: float, min_work: float | None = None) -> int:
     """How many of numba's threads a kernel carrying `work` runs on: 1 unless `prange` pays (from min_work,
     MIN_ROWS_WORK by default) and is safe."""
-    global _PRANGE_OK
     n = threads_for(work, 1 << 30, MIN_ROWS_WORK if min_work is None else min_work)
-    if n > 1 and _PRANGE_OK is None:
+    return n if n > 1 and _numba_ready() else 1
+
+
+def _numba_ready() -> bool:
+    """Whether numba's threads may run parallel work (a threading layer that several Python threads may
+    call at once), starting them on the first call."""
+    global _PRANGE_OK
+    if _PRANGE_OK is None:
         with _prange_lock:
             if _PRANGE_OK is None:
                 safe = _safe_numba_layer()
                 if safe:
                     _start_numba_threads()
                 _PRANGE_OK = safe
-    return n if n > 1 and _PRANGE_OK else 1
+    return _PRANGE_OK
 
 
 def _start_numba_threads() -> None:
@@ -280,32 +289,70 @@ def parallel_for(task: Callable[[slice], None], n_items: int, work: float) -> No
     if n <= 1:
         task(slice(0, n_items))
         return
-    first, *rest = shares(n_items, n)
-    futures = [_pool(n - 1).submit(task, s) for s in rest]  # the calling thread does the first share itself
-    errors = []
-    try:
-        task(first)
-    except BaseException as err:  # noqa: BLE001  (re-raised below, once all slices are done)
-        errors.append(err)
-    for future in futures:
+    slices, errors = shares(n_items, n), []
+    if _numba_ready():
+        token = next(_tokens)
+        _tasks[token] = (task, slices, errors)
         try:
-            future.result()
-        except BaseException as err:  # noqa: BLE001
-            errors.append(err)
+            _on_numba_threads(n, run_on_numba_threads, len(slices), token, _PYTHON_SLICE)
+        finally:
+            del _tasks[token]
+    else:
+        first, *rest = slices
+        futures = [_pool(n - 1).submit(task, s) for s in rest]  # the calling thread does the first share itself
+        _run_slice(task, first, errors)
+        for future in futures:
+            try:
+                future.result()
+            except BaseException as err:  # noqa: BLE001  (re-raised below, once all slices are done)
+                errors.append(err)
     if errors:
         raise errors[0]
+
+
+def _run_slice(task: Callable[[slice], None], items: slice, errors: list) -> None:
+    """task(items) as a worker: a parallel call inside it runs inline; an exception is kept for the caller."""
+    inside = getattr(_inside_worker, "active", False)
+    _inside_worker.active = True
+    try:
+        task(items)
+    except BaseException as err:  # noqa: BLE001  (re-raised by parallel_for, once all slices are done)
+        errors.append(err)
+    finally:
+        _inside_worker.active = inside
+
+
+_tasks: dict[int, tuple] = {}  # what each running parallel_for gives numba's threads, by token
+_tokens = itertools.count()
+
+
+def _python_slice(token: int, p: int) -> None:
+    task, slices, errors = _tasks[token]
+    _run_slice(task, slices[p], errors)
+
+
+# Called from numba's threads; ctypes takes the GIL for it, and numpy and the nogil kernels inside let it go.
+_PYTHON_SLICE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64)(_python_slice)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def run_on_numba_threads(parts, token, python_part):
+    """python_part(token, p) for p in range(parts), in a `prange`. The callback is an argument, like gemm in
+    blas.py, so this is cached like the other kernels."""
+    for p in prange(parts):
+        python_part(token, p)
 
 
 def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a (N, K) @ b (K, M), cut into row blocks when BLAS is single-threaded and the product large enough.
 
-    The blocks run on numba's threads, the same threads as the row kernels, each a call to numpy's BLAS
-    (blas.py); where that is not available (another BLAS, no safe threading layer), on the pool.
+    The blocks run on numba's threads, each a call to numpy's BLAS (blas.py); where BLAS cannot describe
+    the layout or cannot be called from numba (another BLAS), through `parallel_for`.
     """
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         return a @ b  # numpy's own checks and messages for anything else
     n_rows, work = a.shape[0], float(a.shape[0]) * a.shape[1] * b.shape[1]
-    n = _numba_threads(work, MIN_PRODUCT_WORK) if work < POOL_PRODUCT_WORK else 1
+    n = _numba_threads(work, MIN_PRODUCT_WORK)
     gemm = _gemm(a.dtype) if n > 1 and n_rows > 1 and a.dtype == b.dtype else None
     a_layout, b_layout = (blas_operand(a), blas_operand(b)) if gemm is not None else (None, None)
     if a_layout is not None and b_layout is not None:
