@@ -30,8 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--checkpoint-every", type=int, default=200, help="write checkpoint.npz every K steps")
     train.add_argument("--resume", action="store_true", help="continue from the run folder's checkpoint")
     train.add_argument("--threads", type=int, default=1,
-                       help="threads for tinygrad_attn's pool, BLAS then on one (default 1: toy models are too "
-                            "small for more to pay)")
+                       help="threads for tinygrad_attn's parallel work, BLAS then on one (default 1)")
     train.add_argument("--target", type=float,
                        help="stop at this held-out accuracy (the text task: at this validation loss or below)")
     train.add_argument("--data", help="the text task's UTF-8 file (default: the standard library's docstrings)")

@@ -3,7 +3,7 @@
 Importing tinygrad_attn changes nothing in the process. A program that wants
 what the `tinygrad-attn` command gets calls `configure(threads)`:
 
-1. `set_num_threads(threads)`: tinygrad_attn's pool runs on `threads` threads
+1. `set_num_threads(threads)`: tinygrad_attn's parallel work runs on `threads` threads
    and numpy's OpenBLAS on one, so the two never oversubscribe the cores (see
    kernels/parallel.py).
 2. `keep_freed_memory()`: glibc's allocator maps an array above 128 KiB fresh

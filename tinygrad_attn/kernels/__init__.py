@@ -3,10 +3,12 @@
 Every kernel is a module-level `@njit(cache=True, nogil=True)` function, so
 the compiled code is cached on disk and reused by the next process, and
 several threads can run it at once. Matrix products are left to numpy's
-BLAS. Attention's parallel work goes through one pool of Python threads
-(parallel.py); row kernels, and the row blocks of a mid-sized product (each a
-call to numpy's BLAS, blas.py), use numba's threads (`prange`) only after
-`set_num_threads` and only on a threading layer that several callers may share.
+BLAS. All parallel work runs on numba's threads (parallel.py): row kernels and
+the row blocks of a large product (each a call to numpy's BLAS, blas.py) as
+`prange` loops, attention's items through a `prange` that calls back into
+Python; it is shared out only after `set_num_threads` (with numpy's BLAS on one
+thread), and on a pool of Python threads where numba has no threading layer
+that several callers may share.
 """
 
 # Reassociation and contraction let LLVM vectorise reductions.

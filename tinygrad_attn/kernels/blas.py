@@ -1,14 +1,13 @@
 """A matrix product whose row blocks run on numba's threads, each block one call to numpy's own BLAS.
 
-Row kernels run on numba's threads (parallel.py); a product split over the
-Python pool would put a second set of threads on the same cores, and handing
-work to a Python thread costs tens of microseconds where a `prange` launch
-costs a few. So the product's rows are cut into parts inside a `prange`, and
-each part calls `?gemm` of the OpenBLAS that numpy loaded, through the ctypes
+All parallel work runs on numba's threads (parallel.py), and a `prange`
+launch costs a few microseconds. So the product's rows are cut into parts
+inside a `prange`, and each part calls `?gemm` of the OpenBLAS that numpy
+loaded, through the ctypes
 function passed in (a first-class function argument: the compiled kernel is
 cached on disk like the others, and the function's address is only known at
 run time). Only the 64-bit-integer interface of numpy's wheels is used
-(`scipy_cblas_?gemm64_`, `cblas_?gemm64_`); without it, products stay on the pool.
+(`scipy_cblas_?gemm64_`, `cblas_?gemm64_`); without it, products go through `parallel_for`.
 """
 
 from __future__ import annotations

@@ -117,11 +117,10 @@ def get_num_threads() -> int:
 def set_num_threads(n: int) -> None:
     """Run tinygrad_attn's parallel work on n threads, like `torch.set_num_threads`.
 
-    A process setting, made only when called: the pool and numba's kernels get n
+    A process setting, made only when called: tinygrad_attn's parallel work gets n
     threads and numpy's OpenBLAS one thread, so that the work cut up here (each
     item with single-threaded BLAS) is the only parallel work and the cores are
-    never oversubscribed. Large matrix products are then split by rows instead,
-    on numba's threads (or on the pool where numpy's BLAS cannot be called from them).
+    never oversubscribed. Large matrix products are then split by rows instead.
     An n above the CPUs this process may run on is cut to them: threads beyond the
     cores only take turns on them, and time would rise as threads are added.
     """
@@ -242,9 +241,8 @@ def run_rows(parallel_kernel: Callable, rows_kernel: Callable, work: float, *arg
     """Run a row kernel over the rows of args[0]: parallel_kernel(*args, parts), its `prange` driver, on
     numba's threads when that pays and is safe, else rows_kernel(*args, 0, rows) on the calling thread.
 
-    Row kernels call no BLAS, and a numba launch costs microseconds where handing work to Python threads
-    costs tens, so they use numba's threads, as many as this pool has (numba's count is per calling
-    thread, so setting it here changes nothing for other threads).
+    n is `set_num_threads`'s count; numba's count is per calling thread, so setting it here changes
+    nothing for other threads.
     """
     rows, n = args[0].shape[0], _numba_threads(work)
     if n <= 1 or rows <= 1:
