@@ -42,6 +42,23 @@ def sdpa_path(request):
         yield request.param
 
 
+WHERE_PARALLEL_WORK_RUNS = ["numba threads", "python pool"]
+
+
+def share_work_among_threads(patch, n: int, where: str) -> None:
+    """With `patch` (a pytest MonkeyPatch): as after ta.set_num_threads(n), work is shared among n threads
+    however small it is, on numba's threads or (as where numba has no threading layer that several Python
+    threads may call) on the pool of Python threads."""
+    from tinygrad_attn.kernels import parallel
+
+    patch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    patch.setattr(parallel, "MIN_ROWS_WORK", 0)
+    patch.setattr(parallel, "blas_threads", lambda: 1)
+    patch.setattr(parallel, "_num_threads", n)
+    if where == "python pool":
+        patch.setattr(parallel, "_numba_ready", lambda: False)
+
+
 def products_on_numba_threads(patch) -> list:
     """With `patch` (a pytest MonkeyPatch), matrix products are cut into row blocks on numba's threads however
     small, as after ta.set_num_threads(3); returns the list that records each such product."""

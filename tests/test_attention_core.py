@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import WHERE_PARALLEL_WORK_RUNS, share_work_among_threads
 
 import tinygrad_attn as ta
 from tinygrad_attn import functional as F
@@ -115,20 +116,9 @@ def test_softmax_of_an_all_nan_row_is_nan():
         assert np.isnan(out[0]).all() and np.isnan(out[1, 0]) and np.isfinite(out[2]).all()
 
 
-def _in_parallel(monkeypatch, where):
-    """As after ta.set_num_threads(2): work is shared among threads whatever its size, on numba's threads or
-    (as where numba has no threading layer several Python threads may call) on the pool of Python threads."""
-    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
-    monkeypatch.setattr(parallel, "MIN_ROWS_WORK", 0)
-    monkeypatch.setattr(parallel, "blas_threads", lambda: 1)
-    monkeypatch.setattr(parallel, "_num_threads", 2)
-    if where == "python pool":
-        monkeypatch.setattr(parallel, "_numba_ready", lambda: False)
-
-
-@pytest.fixture(params=["numba threads", "python pool"])
+@pytest.fixture(params=WHERE_PARALLEL_WORK_RUNS)
 def parallel_mode(monkeypatch, request):
-    _in_parallel(monkeypatch, request.param)
+    share_work_among_threads(monkeypatch, 2, request.param)
     return request.param
 
 
@@ -141,10 +131,10 @@ def _run_threads(targets, timeout):
     assert not any(thread.is_alive() for thread in threads), "a thread hung"
 
 
-@pytest.mark.parametrize("mode", ["default", "numba threads", "python pool"])
+@pytest.mark.parametrize("mode", ["default", *WHERE_PARALLEL_WORK_RUNS])
 def test_attention_beside_numpy_matmuls_in_another_thread(monkeypatch, mode):
     if mode != "default":
-        _in_parallel(monkeypatch, mode)
+        share_work_among_threads(monkeypatch, 2, mode)
     blas_before = parallel.blas_threads()
     rng = np.random.default_rng(0)
     q, k, v = (T(rng.normal(size=(1, 4, 1024, 32)).astype(np.float32)) for _ in range(3))
@@ -177,10 +167,10 @@ def test_attention_beside_numpy_matmuls_in_another_thread(monkeypatch, mode):
     assert parallel.blas_threads() == blas_before  # no op changed BLAS's thread count
 
 
-@pytest.mark.parametrize("mode", ["default", "numba threads", "python pool"])
+@pytest.mark.parametrize("mode", ["default", *WHERE_PARALLEL_WORK_RUNS])
 def test_two_threads_running_multi_head_attention(monkeypatch, mode):
     if mode != "default":
-        _in_parallel(monkeypatch, mode)
+        share_work_among_threads(monkeypatch, 2, mode)
     blas_before = parallel.blas_threads()
     ta.manual_seed(0)
     mha = nn.MultiHeadAttention(32, 4)

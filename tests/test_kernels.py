@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import products_on_numba_threads
+from conftest import WHERE_PARALLEL_WORK_RUNS, products_on_numba_threads, share_work_among_threads
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import njit
@@ -191,17 +191,12 @@ def test_products_on_numba_threads_refuse_mismatched_shapes(monkeypatch):
         parallel.row_split_matmul(a, b)
 
 
-@pytest.fixture(params=["numba threads", "python pool"])
+@pytest.fixture(params=WHERE_PARALLEL_WORK_RUNS)
 def small_blocks(monkeypatch, request):
     """Tiles of 4 queries (2 under the causal mask) x 3 keys, 4 x 6 from 6 queries on, 8 x 6 from 8, in chunks
     of 2 groups, so short sequences cross many tile borders, with the work shared among 3 threads however
-    small it is: numba's, or (as where numba has no safe threading layer) the pool of Python threads."""
-    if request.param == "python pool":
-        monkeypatch.setattr(parallel, "_numba_ready", lambda: False)
-    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
-    monkeypatch.setattr(parallel, "MIN_ROWS_WORK", 0)
-    monkeypatch.setattr(parallel, "blas_threads", lambda: 1)  # as after ta.set_num_threads: the pool runs
-    monkeypatch.setattr(parallel, "_num_threads", 3)
+    small it is (on each of the places parallel work runs)."""
+    share_work_among_threads(monkeypatch, 3, request.param)
     monkeypatch.setattr(layout, "BLOCK_Q", 4)
     monkeypatch.setattr(layout, "BLOCK_K", 3)
     monkeypatch.setattr(layout, "SHORT_QUERIES", 6)
