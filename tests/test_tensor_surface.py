@@ -40,6 +40,8 @@ def test_tril_triu_match_numpy_and_gradcheck():
         for k in (-1, 0, 2):
             np.testing.assert_array_equal(fn(T(x, False), k).data, ref(x, k))
             assert ta.gradcheck(lambda t, fn=fn, k=k: fn(t, k), [T(x)])
+        for k in (-6, -4, 5, 7, -10**20, 10**20):  # at and beyond the matrix's edges (numpy overflows on huge k)
+            np.testing.assert_array_equal(fn(T(x, False), k).data, ref(x, max(min(k, 99), -99)))
 
 
 def test_size_dim_and_conversions():

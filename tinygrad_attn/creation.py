@@ -3,12 +3,14 @@ generator."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from . import rng
-from .engine import Tensor
+from .engine import Tensor, tensor_dtype
+from .ops import check_tensor, where
 
 _DEFAULT = np.float32
 
@@ -17,7 +19,10 @@ def _shape(size: tuple[Any, ...], op: str) -> tuple[int, ...]:
     size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
     if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in size):
         raise ValueError(f"{op}: sizes must be non-negative ints, got {size!r}")
-    return tuple(int(n) for n in size)
+    size = tuple(int(n) for n in size)
+    if max(size, default=0) > np.iinfo(np.intp).max or math.prod(size) > np.iinfo(np.intp).max:
+        raise ValueError(f"{op}: size {size} has more elements than an array can hold")
+    return size
 
 
 def _make(array: np.ndarray, dtype: Any, requires_grad: bool) -> Tensor:
@@ -42,21 +47,30 @@ def ones(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
 
 
 def full(size: Any, fill_value: float, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+    if isinstance(fill_value, Tensor) and fill_value.ndim == 0:
+        fill_value = fill_value.item()
+    if not isinstance(fill_value, (int, float, np.number, np.bool_)):
+        raise TypeError(f"full: fill_value must be a number, got {type(fill_value).__name__}")
     return _make(np.full(_shape((size,), "full"), fill_value), dtype, requires_grad)
 
 
 def zeros_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return Tensor(np.zeros(t.shape, dtype or t.dtype), requires_grad=requires_grad)
+    t = check_tensor(t, "zeros_like")
+    return Tensor(np.zeros(t.shape, tensor_dtype(dtype or t.dtype, "zeros_like")), requires_grad=requires_grad)
 
 
 def ones_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return Tensor(np.ones(t.shape, dtype or t.dtype), requires_grad=requires_grad)
+    t = check_tensor(t, "ones_like")
+    return Tensor(np.ones(t.shape, tensor_dtype(dtype or t.dtype, "ones_like")), requires_grad=requires_grad)
 
 
 def arange(start: float, end: float | None = None, step: float = 1, dtype: Any = None,
            requires_grad: bool = False) -> Tensor:
     """[start, end) by step; int64 when every argument is an int, float32 otherwise (PyTorch's rule)."""
     start, end = (0, start) if end is None else (start, end)
+    for name, value in (("start", start), ("end", end), ("step", step)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not np.isfinite(value):
+            raise ValueError(f"arange: {name} must be a finite number, got {value!r}")
     if step == 0:
         raise ValueError("arange: step must not be 0")
     ints = all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in (start, end, step))
@@ -74,23 +88,30 @@ def rand(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
 
 def tril(t: Tensor, diagonal: int = 0) -> Tensor:
     """Entries above the `diagonal`-th diagonal of the last two dims set to 0 (differentiable)."""
-    from .ops import where
-
+    t, diagonal = _matrices(t, diagonal, "tril")
     keep = np.tri(t.shape[-2], t.shape[-1], diagonal, dtype=bool)
     return where(keep, t, 0)
 
 
 def triu(t: Tensor, diagonal: int = 0) -> Tensor:
     """Entries below the `diagonal`-th diagonal of the last two dims set to 0 (differentiable)."""
-    from .ops import where
-
+    t, diagonal = _matrices(t, diagonal, "triu")
     keep = ~np.tri(t.shape[-2], t.shape[-1], diagonal - 1, dtype=bool)
     return where(keep, t, 0)
 
 
+def _matrices(t: Any, diagonal: Any, op: str) -> tuple[Tensor, int]:
+    t = check_tensor(t, op)
+    if t.ndim < 2:
+        raise ValueError(f"{op}: input must have at least 2 dims, got shape {t.shape}")
+    if isinstance(diagonal, bool) or not isinstance(diagonal, (int, np.integer)):
+        raise TypeError(f"{op}: diagonal must be an int, got {diagonal!r}")
+    return t, min(max(int(diagonal), -t.shape[-2]), t.shape[-1])  # beyond the matrix: the same as its edge
+
+
 def topk(t: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002
     """torch.topk's function form of `Tensor.topk`."""
-    return t.topk(k, dim, largest, sorted)
+    return check_tensor(t, "topk").topk(k, dim, largest, sorted)
 
 
 def multinomial(probs: Any, num_samples: int, replacement: bool = False) -> Tensor:

@@ -26,7 +26,7 @@ from .kernels.gelu import gelu_backward, gelu_forward
 from .kernels.layernorm import layer_norm_backward, layer_norm_forward
 from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
 from .masks import causal_mask
-from .ops import check_broadcast, normalize_dim
+from .ops import check_broadcast, check_tensor, normalize_dim
 
 _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
 
@@ -73,8 +73,7 @@ class LogSoftmax(Function):
 def _float_tensor(x: Any, op: str, name: str = "input") -> Tensor:
     """x as a float32 or float64 tensor, or one clear error: integer and bool inputs are refused (as PyTorch
     refuses them in softmax and layer norm), float16 too (the kernels compute in float32 or float64)."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{op}: {name} must be a Tensor, got {type(x).__name__}; wrap it as ta.tensor(...)")
+    x = check_tensor(x, op, name)
     if x.dtype not in (np.float32, np.float64):
         hint = "; convert it with .float()" if x.dtype.kind in "iubf" else ""
         raise TypeError(f"{op}: {name} must be float32 or float64, got {x.dtype}{hint}")
@@ -147,14 +146,19 @@ def layer_norm(
 ) -> Tensor:
     """LayerNorm over the trailing dims `normalized_shape`; weight and bias have that shape."""
     x = _float_tensor(x, "layer_norm")
-    normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not isinstance(normalized_shape, (int, np.integer, tuple, list)):
+        raise TypeError(f"layer_norm: normalized_shape must be an int or a tuple of ints, got {normalized_shape!r}")
+    single = isinstance(normalized_shape, (int, np.integer))
+    normalized_shape = (normalized_shape,) if single else tuple(normalized_shape)
     if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0 for n in normalized_shape):
         raise ValueError(f"layer_norm: normalized_shape must hold positive ints, got {normalized_shape}")
     k = len(normalized_shape)
     if x.shape[x.ndim - k :] != normalized_shape or k == 0 or k > x.ndim:
         raise ValueError(f"layer_norm: normalized_shape {normalized_shape} does not end the input shape {x.shape}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not 0 <= eps < np.inf:
+        raise ValueError(f"layer_norm: eps must be a finite number >= 0, got {eps!r}")
     for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None and p.shape != normalized_shape:
+        if p is not None and check_tensor(p, "layer_norm", name).shape != normalized_shape:
             raise ValueError(f"layer_norm: {name} has shape {p.shape}, expected {normalized_shape}")
     dtype = np.result_type(*(t.dtype for t in (x, weight, bias) if t is not None))
     n = int(np.prod(normalized_shape))
@@ -195,13 +199,14 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
 
 
 def relu(x: Tensor) -> Tensor:
-    return x.relu()
+    return check_tensor(x, "relu").relu()
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     """Zero each entry with probability p and scale the rest by 1/(1-p); identity when not training."""
     if isinstance(p, (bool, str)) or not isinstance(p, (int, float, np.number)) or not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+    x = check_tensor(x, "dropout")
     if not training or p == 0.0:
         return x
     keep = rng.generator().random(x.shape) >= p
@@ -473,10 +478,10 @@ def packed_self_attention(qkv: Tensor, mask: Any = None, is_causal: bool = False
     to (..., H, T, d), and likewise k and v: the mask broadcasts to (..., H, T, T). Reshaping the result
     to (..., T, H * d) merges the heads for free. No weights, no dropout.
     """
+    qkv = _float_tensor(qkv, "packed_self_attention", "qkv")
     if qkv.ndim < 4 or qkv.shape[-3] != 3:
         raise ValueError(f"packed_self_attention: qkv must be (..., T, 3, H, d), got shape {qkv.shape}")
     *lead, t, _, heads, d = qkv.shape
-    qkv = _float_tensor(qkv, "packed_self_attention", "qkv")
     scale = _scale(scale, d, "packed_self_attention")
     mask = _attention_mask(mask, (*lead, heads, t, t))
     if _choose_kernel(False, "packed_self_attention") == "flash":

@@ -21,6 +21,8 @@ def causal_mask(tq: int, tk: int | None = None, offset: int = 0) -> Tensor:
             raise TypeError(f"causal_mask: {name} must be an int, got {n!r}")
     if tq < 0 or tk < 0:
         raise ValueError(f"causal_mask: sizes must be non-negative, got Tq={tq}, Tk={tk}")
+    if int(tq) * int(tk) > np.iinfo(np.intp).max:
+        raise ValueError(f"causal_mask: a ({tq}, {tk}) mask has more elements than an array can hold")
     return Tensor(np.tri(tq, tk, offset, dtype=np.bool_))
 
 

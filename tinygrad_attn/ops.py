@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Context, Function, Tensor, is_grad_enabled, tensor_dtype
+from .engine import Context, Function, Tensor, _short, is_grad_enabled, tensor_dtype
 
 # --- elementwise, two inputs ---------------------------------------------------
 
@@ -434,6 +434,20 @@ def normalize_dim(dim: int, ndim: int, op: str) -> int:
     return int(dim) % max(ndim, 1)
 
 
+def check_tensor(x: Any, op: str, name: str = "input") -> Tensor:
+    """x if it is a Tensor, else one clear TypeError (as PyTorch's functions and modules take only tensors)."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: {name} must be a Tensor, got {type(x).__name__}; wrap it as ta.tensor(...)")
+    return x
+
+
+def check_flag(value: Any, name: str, op: str) -> bool:
+    """A bool argument such as keepdim, or one clear TypeError (PyTorch takes only bools there too)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{op}: {name} must be a bool, got {_short(value)}")
+    return bool(value)
+
+
 def normalize_dims(dim: int | tuple[int, ...] | None, ndim: int, op: str) -> tuple[int, ...]:
     """`dim` as a sorted tuple of non-negative axes; None means all of them."""
     if dim is None:
@@ -598,10 +612,12 @@ class _TensorMethods:
 
     # --- reductions ---------------------------------------------------------
     def sum(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
+        keepdim = check_flag(keepdim, "keepdim", "sum")
         return Sum.apply(self, axis=normalize_dims(dim, self.ndim, "sum"), keepdim=keepdim)
 
     def mean(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
         axis = normalize_dims(dim, self.ndim, "mean")
+        check_flag(keepdim, "keepdim", "mean")
         count = int(np.prod([self.shape[a] for a in axis]))
         return self.sum(dim, keepdim) * (1.0 / max(count, 1))
 
@@ -609,6 +625,7 @@ class _TensorMethods:
         """Largest value; the gradient is split evenly among tied maxima."""
         if self.data.size == 0:
             raise ValueError(f"max: the tensor of shape {self.shape} is empty")
+        keepdim = check_flag(keepdim, "keepdim", "max")
         return Max.apply(self, axis=normalize_dims(dim, self.ndim, "max"), keepdim=keepdim)
 
     # --- shape ----------------------------------------------------------------
@@ -689,9 +706,13 @@ class _TensorMethods:
 
     def min(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
         """Smallest value; the gradient is split evenly among tied minima."""
+        check_flag(keepdim, "keepdim", "min")
+        if self.data.size == 0:
+            raise ValueError(f"min: the tensor of shape {self.shape} is empty")
         return -((-self).max(dim, keepdim))
 
     def _arg(self, fn, name: str, dim: int | None, keepdim: bool) -> Tensor:
+        check_flag(keepdim, "keepdim", name)
         if self.data.size == 0:
             raise ValueError(f"{name}: the tensor of shape {self.shape} is empty")
         if dim is None:

@@ -13,6 +13,7 @@ import numpy as np
 from .. import functional as F
 from ..engine import Tensor
 from ..masks import causal_mask
+from ..ops import check_tensor
 from .layers import Linear, PackedLinearFunction
 from .module import Module
 
@@ -120,6 +121,11 @@ class MultiHeadAttention(Module):
     ) -> tuple[Tensor, Tensor | None]:
         """`kv_cache` (generation): keys and values of earlier positions come from the cache, and
         is_causal then places the queries after them (query i sees keys 0..P + i)."""
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if t is not None or name == "query":
+                check_tensor(t, "MultiHeadAttention", name)
+        if kv_cache is not None and not isinstance(kv_cache, KVCache):
+            raise TypeError(f"MultiHeadAttention: kv_cache must be a KVCache or None, got {type(kv_cache).__name__}")
         if kv_cache is not None:
             return self._forward_cached(query, key, value, mask, is_causal, need_weights, kv_cache)
         key = query if key is None else key

@@ -15,6 +15,7 @@ from .. import functional as F
 from .. import rng
 from ..engine import Function, Tensor
 from ..kernels.parallel import row_split_matmul
+from ..ops import check_tensor
 from .module import Module, Parameter
 
 
@@ -94,7 +95,7 @@ class Linear(Module):
         self.bias = Parameter(_uniform(bound, (out_features,))) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.shape[-1:] != (self.in_features,):
+        if check_tensor(x, "Linear").shape[-1:] != (self.in_features,):
             raise ValueError(f"Linear: input of shape {x.shape} needs last dim {self.in_features}")
         params = (self.weight,) if self.bias is None else (self.weight, self.bias)
         return LinearFunction.apply(x, *params)  # (..., in) -> (..., out)
@@ -231,6 +232,15 @@ def sinusoidal_table(max_len: int, dim: int) -> np.ndarray:
     return table
 
 
+def _positions(x: Tensor, offset: int, op: str) -> int:
+    """T of x (..., T, E), after checking x and the offset of its first position."""
+    if check_tensor(x, op).ndim < 2:
+        raise ValueError(f"{op}: input must be (..., T, E), got shape {x.shape}")
+    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0:
+        raise ValueError(f"{op}: offset must be a non-negative int, got {offset!r}")
+    return x.shape[-2]
+
+
 class PositionalEncoding(Module):
     """Adds the fixed sinusoidal encoding of each position to x (B, T, E)."""
 
@@ -240,7 +250,7 @@ class PositionalEncoding(Module):
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """x + the encodings of positions offset..offset+T-1 (offset: positions already in a KV cache)."""
-        t = x.shape[-2]
+        t = _positions(x, offset, "PositionalEncoding")
         if offset + t > self.max_len:
             raise ValueError(f"PositionalEncoding: positions up to {offset + t} exceed max_len {self.max_len}")
         return x + Tensor(self.table[offset : offset + t].astype(x.dtype))
@@ -258,7 +268,7 @@ class LearnedPositionalEncoding(Module):
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """x + the learned vectors of positions offset..offset+T-1 (offset: positions already in a KV cache)."""
-        t = x.shape[-2]
+        t = _positions(x, offset, "LearnedPositionalEncoding")
         if offset + t > self.max_len:
             raise ValueError(f"LearnedPositionalEncoding: positions up to {offset + t} exceed max_len {self.max_len}")
         return x + self.embedding(np.arange(offset, offset + t))
