@@ -10,7 +10,7 @@ import numpy as np
 
 from . import rng
 from .engine import Tensor, tensor_dtype
-from .ops import check_tensor, where
+from .ops import check_number, check_tensor, where
 
 _DEFAULT = np.float32
 
@@ -69,8 +69,7 @@ def arange(start: float, end: float | None = None, step: float = 1, dtype: Any =
     """[start, end) by step; int64 when every argument is an int, float32 otherwise (PyTorch's rule)."""
     start, end = (0, start) if end is None else (start, end)
     for name, value in (("start", start), ("end", end), ("step", step)):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not np.isfinite(value):
-            raise ValueError(f"arange: {name} must be a finite number, got {value!r}")
+        check_number(value, name, "arange")
     if step == 0:
         raise ValueError("arange: step must not be 0")
     ints = all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in (start, end, step))

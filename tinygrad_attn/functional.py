@@ -26,7 +26,7 @@ from .kernels.gelu import gelu_backward, gelu_forward
 from .kernels.layernorm import layer_norm_backward, layer_norm_forward
 from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
 from .masks import causal_mask
-from .ops import check_broadcast, check_tensor, normalize_dim
+from .ops import check_broadcast, check_number, check_tensor, normalize_dim
 
 _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
 
@@ -155,8 +155,7 @@ def layer_norm(
     k = len(normalized_shape)
     if x.shape[x.ndim - k :] != normalized_shape or k == 0 or k > x.ndim:
         raise ValueError(f"layer_norm: normalized_shape {normalized_shape} does not end the input shape {x.shape}")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not 0 <= eps < np.inf:
-        raise ValueError(f"layer_norm: eps must be a finite number >= 0, got {eps!r}")
+    eps = check_number(eps, "eps", "layer_norm", 0.0)
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and check_tensor(p, "layer_norm", name).shape != normalized_shape:
             raise ValueError(f"layer_norm: {name} has shape {p.shape}, expected {normalized_shape}")

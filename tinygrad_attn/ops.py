@@ -441,6 +441,18 @@ def check_tensor(x: Any, op: str, name: str = "input") -> Tensor:
     return x
 
 
+def check_number(value: Any, name: str, op: str, low: float = -math.inf, high: float = math.inf,
+                 high_open: bool = False) -> float:
+    """A finite real in [low, high] (or [low, high) when high_open), else a clear error naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{op}: {name} must be a number, got {_short(value)}")
+    value = float(value)
+    if not math.isfinite(value) or value < low or value > high or (high_open and value == high):
+        interval = f" in [{low}, {high}{')' if high_open else ']'}" if (low, high) != (-math.inf, math.inf) else ""
+        raise ValueError(f"{op}: {name} must be a finite number{interval}, got {value}")
+    return value
+
+
 def check_flag(value: Any, name: str, op: str) -> bool:
     """A bool argument such as keepdim, or one clear TypeError (PyTorch takes only bools there too)."""
     if not isinstance(value, (bool, np.bool_)):

@@ -15,17 +15,7 @@ import numpy as np
 
 from .engine import Tensor
 from .kernels.adam import adam_update
-
-
-def _number(value: Any, name: str, op: str, low: float = 0.0, high: float = math.inf, high_open: bool = False) -> float:
-    """A finite real in [low, high] (or [low, high) when high_open), else a clear error naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-        raise TypeError(f"{op}: {name} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or value < low or value > high or (high_open and value == high):
-        interval = f"[{low}, {high}{')' if high_open else ']'}"
-        raise ValueError(f"{op}: {name} must be a finite number in {interval}, got {value}")
-    return value
+from .ops import check_number
 
 
 class Optimizer:
@@ -68,9 +58,9 @@ class Optimizer:
         """Validate a group's options (the subclasses add their own)."""
         name = type(self).__name__
         if "lr" in options:
-            options["lr"] = _number(options["lr"], "lr", name)
+            options["lr"] = check_number(options["lr"], "lr", name, 0.0)
         if "weight_decay" in options:
-            options["weight_decay"] = _number(options["weight_decay"], "weight_decay", name)
+            options["weight_decay"] = check_number(options["weight_decay"], "weight_decay", name, 0.0)
         return options
 
     def add_param_group(self, group: dict[str, Any]) -> None:
@@ -105,7 +95,7 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value: float) -> None:
-        value = _number(value, "lr", type(self).__name__)
+        value = check_number(value, "lr", type(self).__name__, 0.0)
         for group in self.param_groups:
             group["lr"] = value
 
@@ -187,7 +177,7 @@ class SGD(Optimizer):
     def _check_options(self, options):
         options = super()._check_options(options)
         if "momentum" in options:
-            options["momentum"] = _number(options["momentum"], "momentum", "SGD")
+            options["momentum"] = check_number(options["momentum"], "momentum", "SGD", 0.0)
         if options.get("nesterov") and options.get("momentum", getattr(self, "defaults", {}).get("momentum", 0)) <= 0:
             raise ValueError("SGD: nesterov momentum needs momentum > 0")
         return options
@@ -227,10 +217,10 @@ class Adam(Optimizer):
             betas = options["betas"]
             if not isinstance(betas, (tuple, list)) or len(betas) != 2:
                 raise TypeError(f"{name}: betas must be a pair of numbers, got {betas!r}")
-            options["betas"] = tuple(_number(b, f"betas[{i}]", name, 0.0, 1.0, high_open=True)
+            options["betas"] = tuple(check_number(b, f"betas[{i}]", name, 0.0, 1.0, high_open=True)
                                      for i, b in enumerate(betas))
         if "eps" in options:
-            options["eps"] = _number(options["eps"], "eps", name)
+            options["eps"] = check_number(options["eps"], "eps", name, 0.0)
         return options
 
     def update(self, state, param, grad, group):
@@ -254,8 +244,12 @@ class AdamW(Adam):
 def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float) -> float:
     """Scale all gradients so that their joint L2 norm is at most max_norm; returns the norm before clipping.
     A tensor given twice (a tied weight listed under two names) counts once."""
-    params = [params] if isinstance(params, Tensor) else list(params)
-    max_norm = _number(max_norm, "max_norm", "clip_grad_norm_")
+    params = [params] if isinstance(params, Tensor) else list(params) if isinstance(params, Iterable) else [params]
+    bad = [i for i, p in enumerate(params) if not isinstance(p, Tensor)]
+    if bad:
+        raise TypeError(f"clip_grad_norm_: params must be a Tensor or an iterable of tensors; item {bad[0]} is a "
+                        f"{type(params[bad[0]]).__name__}")
+    max_norm = check_number(max_norm, "max_norm", "clip_grad_norm_", 0.0)
     unique = list({id(p): p for p in params}.values())
     grads = [p.grad.data for p in unique if p.grad is not None]
     total = math.sqrt(sum(float(np.dot(g.reshape(-1), g.reshape(-1))) for g in grads))
@@ -289,6 +283,12 @@ def warmup_cosine(lr: float, warmup_steps: int, total_steps: int, min_lr: float 
 # --- learning-rate schedulers, PyTorch's `optim.lr_scheduler` -----------------------------------------
 
 
+def _optimizer(optimizer: Any, scheduler: Any) -> Optimizer:
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(f"{type(scheduler).__name__}: expected an Optimizer, got {type(optimizer).__name__}")
+    return optimizer
+
+
 class LRScheduler:
     """Sets each group's "lr" from its initial lr and the epoch count (steps, for a per-step schedule).
 
@@ -297,9 +297,7 @@ class LRScheduler:
     """
 
     def __init__(self, optimizer: Optimizer, last_epoch: int = -1):
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"{type(self).__name__}: expected an Optimizer, got {type(optimizer).__name__}")
-        self.optimizer = optimizer
+        self.optimizer = _optimizer(optimizer, self)
         for group in optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
@@ -329,7 +327,7 @@ class LambdaLR(LRScheduler):
     """lr = initial lr * lr_lambda(epoch), one function for every group or one per group."""
 
     def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float] | list, last_epoch: int = -1):
-        n = len(optimizer.param_groups)
+        n = len(_optimizer(optimizer, self).param_groups)
         self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, (list, tuple)) else [lr_lambda] * n
         if len(self.lr_lambdas) != n:
             raise ValueError(f"LambdaLR: {len(self.lr_lambdas)} functions for {n} parameter groups")
@@ -345,7 +343,7 @@ class CosineAnnealingLR(LRScheduler):
     def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1):  # noqa: N803
         if isinstance(T_max, bool) or not isinstance(T_max, (int, np.integer)) or T_max <= 0:
             raise ValueError(f"CosineAnnealingLR: T_max must be a positive int, got {T_max!r}")
-        self.T_max, self.eta_min = int(T_max), _number(eta_min, "eta_min", "CosineAnnealingLR")
+        self.T_max, self.eta_min = int(T_max), check_number(eta_min, "eta_min", "CosineAnnealingLR", 0.0)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .engine import Tensor
+from .ops import check_tensor
 
 _warned = False
 
@@ -34,6 +35,8 @@ def _pyplot():
 
 def attention_maps(task: Any, model: Any, batch: Any) -> dict[str, list[np.ndarray]]:
     """Every layer's attention weights for the first example of `batch`: name -> [layer (H, Tq, Tk)]."""
+    if not callable(getattr(task, "logits", None)):
+        raise TypeError(f"attention_maps: task must be a task (ta.tasks.get_task(...)), got {type(task).__name__}")
     _, attention = task.logits(model, batch, return_attention=True)
     groups = attention if isinstance(attention, dict) else {"self-attention": attention}
     return {name: [w.data[0] for w in layers] for name, layers in groups.items()}
@@ -153,8 +156,11 @@ def to_dot(tensor: Tensor, render: str | None = None, names: Any = None) -> str:
     `dict(model.named_parameters())`) labels the leaves with their names. With `render="graph.svg"` (or
     .png) the `dot` program, when installed (`apt-get install graphviz`, `brew install graphviz`), also
     draws it."""
+    check_tensor(tensor, "to_dot", "tensor")
     if names is not None and hasattr(names, "named_parameters"):
         names = dict(names.named_parameters())
+    if names is not None and not isinstance(names, dict):
+        raise TypeError(f"to_dot: names must be a module or a dict of name -> tensor, got {type(names).__name__}")
     leaf_names = {id(t): name for name, t in (names or {}).items()}
     lines = ["digraph autograd {", "  rankdir=LR;", '  node [fontname="Helvetica", fontsize=10];']
     seen: set[int] = set()

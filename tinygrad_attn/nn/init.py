@@ -12,25 +12,30 @@ import numpy as np
 
 from .. import rng
 from ..engine import Tensor
+from ..ops import check_number
 
 _GAINS = {"linear": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0)}
 
 
 def _target(tensor: Tensor, op: str) -> np.ndarray:
-    if not isinstance(tensor, Tensor):
-        raise TypeError(f"init.{op}: expected a Tensor or Parameter, got {type(tensor).__name__}")
     if tensor.dtype.kind != "f":
         raise TypeError(f"init.{op}: the tensor must be floating point, got {tensor.dtype}")
     return tensor.data
 
 
+def _checked(tensor: Tensor, op: str) -> Tensor:
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"init.{op}: expected a Tensor or Parameter, got {type(tensor).__name__}")
+    return tensor
+
+
 def _fill(tensor: Tensor, values: np.ndarray, op: str) -> Tensor:
-    _target(tensor, op)[...] = values
+    _target(_checked(tensor, op), op)[...] = values
     return tensor
 
 
 def _fans(tensor: Tensor, op: str) -> tuple[int, int]:
-    if tensor.ndim < 2:
+    if _checked(tensor, op).ndim < 2:
         raise ValueError(f"init.{op}: fan in and fan out need a tensor of at least 2 dims, got shape {tensor.shape}")
     receptive = math.prod(tensor.shape[2:])
     return tensor.shape[1] * receptive, tensor.shape[0] * receptive
@@ -47,17 +52,17 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
-    return _fill(tensor, rng.generator().uniform(a, b, tensor.shape), "uniform_")
+    a, b = check_number(a, "a", "init.uniform_"), check_number(b, "b", "init.uniform_")
+    return _fill(tensor, rng.generator().uniform(a, b, _checked(tensor, "uniform_").shape), "uniform_")
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
-    if std < 0:
-        raise ValueError(f"init.normal_: std must be >= 0, got {std}")
-    return _fill(tensor, rng.generator().normal(mean, std, tensor.shape), "normal_")
+    mean, std = check_number(mean, "mean", "init.normal_"), check_number(std, "std", "init.normal_", 0.0)
+    return _fill(tensor, rng.generator().normal(mean, std, _checked(tensor, "normal_").shape), "normal_")
 
 
 def constant_(tensor: Tensor, val: float) -> Tensor:
-    return _fill(tensor, val, "constant_")
+    return _fill(tensor, check_number(val, "val", "init.constant_"), "constant_")
 
 
 def zeros_(tensor: Tensor) -> Tensor:
@@ -70,13 +75,13 @@ def ones_(tensor: Tensor) -> Tensor:
 
 def xavier_uniform_(tensor: Tensor, gain: float = 1.0) -> Tensor:
     fan_in, fan_out = _fans(tensor, "xavier_uniform_")
-    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    bound = check_number(gain, "gain", "init.xavier_uniform_") * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(tensor, -bound, bound)
 
 
 def xavier_normal_(tensor: Tensor, gain: float = 1.0) -> Tensor:
     fan_in, fan_out = _fans(tensor, "xavier_normal_")
-    return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+    return normal_(tensor, 0.0, check_number(gain, "gain", "init.xavier_normal_") * math.sqrt(2.0 / (fan_in + fan_out)))
 
 
 def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu") -> Tensor:
@@ -84,16 +89,25 @@ def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonli
         raise ValueError(f'init.kaiming_uniform_: mode must be "fan_in" or "fan_out", got {mode!r}')
     fan_in, fan_out = _fans(tensor, "kaiming_uniform_")
     fan = fan_in if mode == "fan_in" else fan_out
-    bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / fan) if fan else 0.0
+    gain = calculate_gain(nonlinearity, check_number(a, "a", "init.kaiming_uniform_"))
+    bound = gain * math.sqrt(3.0 / fan) if fan else 0.0
     return uniform_(tensor, -bound, bound)
 
 
 def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0) -> Tensor:
-    """N(mean, std) restricted to [a, b] (absolute bounds, as PyTorch), drawn by resampling what falls outside."""
+    """N(mean, std) restricted to [a, b] (absolute bounds, as PyTorch), drawn by resampling what falls outside.
+
+    Refused when [a, b] holds under 1% of the distribution: resampling would then take too long."""
+    values = {"mean": mean, "std": std, "a": a, "b": b}
+    mean, std, a, b = (check_number(v, n, "init.trunc_normal_") for n, v in values.items())
     if std <= 0 or not a < b:
         raise ValueError(f"init.trunc_normal_: need std > 0 and a < b, got std={std}, a={a}, b={b}")
+    mass = (math.erf((b - mean) / (std * math.sqrt(2))) - math.erf((a - mean) / (std * math.sqrt(2)))) / 2
+    if mass < 0.01:
+        raise ValueError(f"init.trunc_normal_: [a, b] = [{a}, {b}] holds only {mass:.2g} of N({mean}, {std}^2); "
+                         "resampling into it would take too long")
     generator = rng.generator()
-    values = generator.normal(mean, std, tensor.shape)
+    values = generator.normal(mean, std, _checked(tensor, "trunc_normal_").shape)
     outside = (values < a) | (values > b)
     while outside.any():
         values[outside] = generator.normal(mean, std, int(outside.sum()))

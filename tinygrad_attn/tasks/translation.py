@@ -21,6 +21,8 @@ PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 
 def tokenize(sentence: str) -> list[str]:
     """Lower-case words; an elided article or pronoun keeps its apostrophe: "J'aime l'IA" -> j' aime l' ia."""
+    if not isinstance(sentence, str):
+        raise TypeError(f"tokenize: sentence must be a str, got {type(sentence).__name__}")
     return re.findall(r"\w+'|\w+|[^\w\s]", sentence.lower())
 
 
