@@ -68,6 +68,28 @@ def test_optimizer_state_round_trip():
     np.testing.assert_array_equal(p.data, q.data)
 
 
+@pytest.mark.parametrize("key, value, error", [
+    ("state.1.step", np.inf, "state.1.step must be a whole number >= 0, got inf"),
+    ("state.1.step", -1, "must be a whole number >= 0"),
+    ("state.1.step", 2.5, "must be a whole number >= 0"),
+    ("state.1.exp_avg", np.array(["a", "b"]), "state.1.exp_avg has dtype <U1, expected numbers"),
+    ("group.0.size", "2", "group.0.size has dtype <U1"),
+])
+def test_optimizer_state_is_checked_before_anything_is_assigned(key, value, error):
+    params = [ta.Tensor(np.array([1.0, 2.0]), requires_grad=True) for _ in range(2)]
+    opt = optim.Adam(params, lr=0.1)
+    for p in params:
+        p.grad = ta.Tensor(np.array([0.3, -0.3]))
+    opt.step()
+    state = opt.state_dict()
+    fresh = optim.Adam(params, lr=0.5)
+    before = fresh.state_dict()
+    with pytest.raises((ValueError, TypeError), match=error):
+        fresh.load_state_dict({**state, key: np.asarray(value)})
+    after = fresh.state_dict()
+    assert after.keys() == before.keys() and all(np.array_equal(after[k], before[k]) for k in before)
+
+
 def test_clip_grad_norm():
     a, b = ta.Tensor(np.zeros(2), requires_grad=True), ta.Tensor(np.zeros(1), requires_grad=True)
     a.grad, b.grad = ta.Tensor(np.array([3.0, 0.0])), ta.Tensor(np.array([4.0]))

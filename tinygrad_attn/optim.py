@@ -144,6 +144,11 @@ class Optimizer:
             value = np.asarray(state[key])
             if value.shape != current.shape:
                 raise ValueError(f"{name}.load_state_dict: {key} has shape {value.shape}, expected {current.shape}")
+            if value.dtype.kind not in "fiub" and current.dtype.kind in "fiub":
+                raise TypeError(f"{name}.load_state_dict: {key} has dtype {value.dtype}, expected numbers")
+            counted = key.endswith((".size", ".step"))
+            if counted and not (np.isfinite(value) and value == np.floor(value) and value >= 0):
+                raise ValueError(f"{name}.load_state_dict: {key} must be a whole number >= 0, got {value}")
             if key.endswith(".size") and int(value) != int(current):
                 raise ValueError(f"{name}.load_state_dict: {key} is {int(value)}, this optimizer's group has "
                                  f"{int(current)} parameters")
