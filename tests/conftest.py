@@ -31,8 +31,9 @@ def arrays(draw, shape, low=-2.0, high=2.0):
     return rng.uniform(low, high, shape)
 
 
-def shapes(min_dims=0, max_dims=3, max_side=3):
-    return st.lists(st.integers(1, max_side), min_size=min_dims, max_size=max_dims).map(tuple)
+def shapes(min_dims=0, max_dims=3, max_side=3, min_side=0):
+    """Tensor shapes: sizes from min_side (0 by default: empty dims are drawn too, as are size-1 ones)."""
+    return st.lists(st.integers(min_side, max_side), min_size=min_dims, max_size=max_dims).map(tuple)
 
 
 @pytest.fixture(params=["math", "flash"])

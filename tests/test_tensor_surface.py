@@ -56,6 +56,21 @@ def test_size_dim_and_conversions():
     assert [0, 1, 2][ta.tensor(1)] == 1
 
 
+def test_empty_dims_split_chunk_and_reduce_as_in_pytorch():
+    x = ta.zeros(0, 3)
+    assert [p.shape for p in x.split(2)] == [(0, 3)]  # one empty piece
+    assert [p.shape for p in x.chunk(3)] == [(0, 3)] * 3  # `chunks` empty pieces
+    assert np.isnan(x.mean().item()) and np.isnan(x.mean(0).data).all() and x.mean(1).shape == (0,)
+    assert x.max(1).shape == (0,) and x.argmin(1).shape == (0,)  # the reduced dim has 3 entries: fine
+    with pytest.raises(ValueError, match=r"max: the tensor of shape \(0, 3\) is empty along dim 0"):
+        x.max(0)
+    torch = pytest.importorskip("torch")  # the same as PyTorch, where it is installed
+    t = torch.zeros(0, 3)
+    assert [p.shape for p in x.split(2)] == [tuple(p.shape) for p in t.split(2)]
+    assert [p.shape for p in x.chunk(3)] == [tuple(p.shape) for p in t.chunk(3)]
+    assert torch.isnan(t.mean()) and tuple(t.max(1).values.shape) == x.max(1).shape
+
+
 @given(data=st.data(), shape=shapes(1, 3, 5))
 def test_split_and_chunk_are_slices_and_carry_gradients(data, shape):
     x = data.draw(arrays(shape))
@@ -79,7 +94,7 @@ def test_split_by_sizes_and_errors():
         x.chunk(0)
 
 
-@given(data=st.data(), shape=shapes(1, 3, 5))
+@given(data=st.data(), shape=shapes(1, 3, 5, min_side=1))  # argmax and min of an empty dim are errors
 def test_topk_argmax_min_abs_clamp(data, shape):
     x = data.draw(arrays(shape))
     dim = data.draw(st.integers(-len(shape), len(shape) - 1))

@@ -26,14 +26,14 @@ from .kernels.gelu import gelu_backward, gelu_forward
 from .kernels.layernorm import layer_norm_backward, layer_norm_forward
 from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
 from .masks import causal_mask
-from .ops import check_broadcast, check_number, check_tensor, normalize_dim
+from .ops import check_broadcast, check_number, check_tensor, normalize_dim, rows_of
 
 _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
 
 
 def _rows(a: np.ndarray) -> np.ndarray:
     """(..., N) -> contiguous (R, N): the layout every row-wise kernel takes."""
-    return np.ascontiguousarray(a.reshape(math.prod(a.shape[:-1]), a.shape[-1]))  # not -1: N may be 0
+    return np.ascontiguousarray(rows_of(a))
 
 
 def _keep_rows(keep: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
@@ -266,7 +266,7 @@ def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reducti
         )
     classes = logits.shape[-1]
     counted = target != ignore_index
-    rows = logits.reshape(-1, classes)
+    rows = logits.reshape(math.prod(logits.shape[:-1]), classes)  # (N, C); not -1, which fails when C is 0
     flat_target = target.reshape(-1).astype(np.int64)
     total_scale = 1.0 if reduction == "sum" else 1.0 / max(int(counted.sum()), 1)
     if reduction != "none" and label_smoothing == 0:  # the common case: one node

@@ -367,6 +367,11 @@ def _right_operand(b: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(b) if b.ndim > 2 and not b.flags.c_contiguous else b
 
 
+def rows_of(a: np.ndarray) -> np.ndarray:
+    """(..., N) -> (R, N), R the product of the leading dims (numpy cannot infer a -1 there when N is 0)."""
+    return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
+
+
 class MatMul(Function):
     """a @ b with np.matmul's rules: 1-D operands and broadcast batch dims.
 
@@ -378,14 +383,14 @@ class MatMul(Function):
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
         if a.ndim > 2 and b.ndim == 2:  # (..., n, k) @ (k, m): one GEMM over all rows
-            return (a.reshape(-1, a.shape[-1]) @ b).reshape(a.shape[:-1] + b.shape[-1:])
+            return (rows_of(a) @ b).reshape(a.shape[:-1] + b.shape[-1:])
         return a @ _right_operand(b)
 
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
         if a.ndim > 2 and b.ndim == 2:  # a Linear layer's case: rows of a and grad folded together
-            a_rows, g_rows = a.reshape(-1, a.shape[-1]), grad.reshape(-1, grad.shape[-1])  # (N, k), (N, m)
+            a_rows, g_rows = rows_of(a), rows_of(grad)  # (N, k), (N, m)
             return (g_rows @ b.T).reshape(a.shape), a_rows.T @ g_rows  # dA = dC B^T, dB = A^T dC
         a2 = a[None, :] if a.ndim == 1 else a  # (..., n, k)
         b2 = b[:, None] if b.ndim == 1 else b  # (..., k, m)
@@ -630,15 +635,20 @@ class _TensorMethods:
     def mean(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
         axis = normalize_dims(dim, self.ndim, "mean")
         check_flag(keepdim, "keepdim", "mean")
-        count = int(np.prod([self.shape[a] for a in axis]))
-        return self.sum(dim, keepdim) * (1.0 / max(count, 1))
+        count = math.prod(self.shape[a] for a in axis)
+        return self.sum(dim, keepdim) * (1.0 / count if count else math.nan)  # the mean of nothing is NaN
 
     def max(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
         """Largest value; the gradient is split evenly among tied maxima."""
-        if self.data.size == 0:
-            raise ValueError(f"max: the tensor of shape {self.shape} is empty")
         keepdim = check_flag(keepdim, "keepdim", "max")
-        return Max.apply(self, axis=normalize_dims(dim, self.ndim, "max"), keepdim=keepdim)
+        return Max.apply(self, axis=self._nonempty_dims(dim, "max"), keepdim=keepdim)
+
+    def _nonempty_dims(self, dim: int | tuple[int, ...] | None, op: str) -> tuple[int, ...]:
+        """The dims a max or min reduces over, none of them empty (there is no max of nothing)."""
+        axis = normalize_dims(dim, self.ndim, op)
+        if any(self.shape[a] == 0 for a in axis):
+            raise ValueError(f"{op}: the tensor of shape {self.shape} is empty along dim {dim}")
+        return axis
 
     # --- shape ----------------------------------------------------------------
     def reshape(self, *shape: Any) -> Tensor:
@@ -687,7 +697,10 @@ class _TensorMethods:
         if isinstance(split_size_or_sections, (int, np.integer)) and not isinstance(split_size_or_sections, bool):
             if split_size_or_sections <= 0:
                 raise ValueError(f"split: split_size must be positive, got {split_size_or_sections}")
-            sizes = [min(split_size_or_sections, length - i) for i in range(0, length, split_size_or_sections)]
+            sizes = [min(split_size_or_sections, length - i) for i in range(0, length, split_size_or_sections)] or [0]
+        elif not isinstance(split_size_or_sections, (list, tuple)):
+            raise TypeError(f"split: split_size_or_sections must be an int or a list of ints, got "
+                            f"{_short(split_size_or_sections)}")
         else:
             sizes = [int(n) for n in split_size_or_sections]
             if sum(sizes) != length or any(n < 0 for n in sizes):
@@ -701,7 +714,9 @@ class _TensorMethods:
         if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks <= 0:
             raise ValueError(f"chunk: chunks must be a positive int, got {chunks!r}")
         length = self.shape[normalize_dim(dim, self.ndim, "chunk")]
-        return self.split(max(1, -(-length // chunks)), dim)
+        if length == 0:  # PyTorch gives `chunks` empty pieces
+            return self.split([0] * int(chunks), dim)
+        return self.split(-(-length // chunks), dim)
 
     def abs(self) -> Tensor:
         return Abs.apply(self)
@@ -719,14 +734,12 @@ class _TensorMethods:
     def min(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
         """Smallest value; the gradient is split evenly among tied minima."""
         check_flag(keepdim, "keepdim", "min")
-        if self.data.size == 0:
-            raise ValueError(f"min: the tensor of shape {self.shape} is empty")
+        self._nonempty_dims(dim, "min")
         return -((-self).max(dim, keepdim))
 
     def _arg(self, fn, name: str, dim: int | None, keepdim: bool) -> Tensor:
         check_flag(keepdim, "keepdim", name)
-        if self.data.size == 0:
-            raise ValueError(f"{name}: the tensor of shape {self.shape} is empty")
+        self._nonempty_dims(dim, name)
         if dim is None:
             return Tensor(np.asarray(fn(self.data.reshape(-1)), dtype=np.int64))
         axis = normalize_dim(dim, self.ndim, name)

@@ -198,7 +198,7 @@ def attention_reference(q, k, v, scale, causal, bias):
     if causal:
         tq, tk = scores.shape[-2:]
         scores = np.where(np.tri(tq, tk, dtype=bool), scores, -np.inf)
-    m = scores.max(axis=-1, keepdims=True)
+    m = scores.max(axis=-1, keepdims=True, initial=-np.inf)  # initial: there may be no keys
     dead = m == -np.inf
     e = np.exp(scores - np.where(dead, 0, m))
     weights = np.where(dead, 0, e / np.where(dead, 1, e.sum(axis=-1, keepdims=True)))

@@ -13,6 +13,8 @@ key tiles entirely above the diagonal are skipped.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 BLOCK_Q = 128  # query rows per tile
@@ -28,7 +30,7 @@ def as_group_grid(a: np.ndarray) -> np.ndarray:
     lead = a.shape[:-2]
     if len(lead) <= 2:
         return a.reshape((1,) * (2 - len(lead)) + a.shape)
-    return a.reshape((-1, lead[-1]) + a.shape[-2:])
+    return a.reshape((math.prod(lead[:-1]), lead[-1]) + a.shape[-2:])  # not -1: any size may be 0
 
 
 def grid_bias(bias: np.ndarray | None, lead: tuple[int, ...]) -> np.ndarray | None:

@@ -168,7 +168,7 @@ def softmax_reference(x: np.ndarray, keep: np.ndarray | None = None, log: bool =
     """Plain-numpy softmax over the last axis with the same masking rules as the kernel."""
     live = (x > -np.inf) | np.isnan(x) if keep is None else keep & ((x > -np.inf) | np.isnan(x))
     shifted = np.where(live, x, -np.inf)
-    m = shifted.max(axis=-1, keepdims=True)
+    m = shifted.max(axis=-1, keepdims=True, initial=-np.inf)  # initial: rows may be empty
     dead = m == -np.inf
     e = np.where(live, np.exp(shifted - np.where(dead, 0, m)), 0)
     total = e.sum(axis=-1, keepdims=True)

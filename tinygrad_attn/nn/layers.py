@@ -15,7 +15,7 @@ from .. import functional as F
 from .. import rng
 from ..engine import Function, Tensor
 from ..kernels.parallel import row_split_matmul
-from ..ops import check_tensor
+from ..ops import check_tensor, rows_of
 from .module import Module, Parameter
 
 
@@ -35,7 +35,7 @@ class LinearFunction(Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias=None):
-        rows = x.reshape(-1, x.shape[-1])  # (N, in)
+        rows = rows_of(x)  # (N, in)
         ctx.save_for_backward(rows, weight)
         ctx.input_shape = x.shape
         y = row_split_matmul(rows, weight.T)  # (N, in) @ (in, out)
@@ -53,7 +53,7 @@ class LinearFunction(Function):
 def _linear_backward(ctx, grad, need_weight: bool, need_bias: bool):
     """(dX, dW, db) of y = x W^T + b from the rows X (N, in) and W that the forward saved; None where unneeded."""
     rows, weight = ctx.saved_tensors
-    g = grad.reshape(-1, grad.shape[-1])  # (N, out)
+    g = rows_of(grad)  # (N, out)
     grad_x = row_split_matmul(g, weight).reshape(ctx.input_shape) if ctx.needs_input_grad[0] else None  # dX = g W
     grad_weight = row_split_matmul(g.T, rows) if need_weight else None  # dW = g^T X
     grad_bias = np.ones(g.shape[0], g.dtype) @ g if need_bias else None  # db = sum_n g_n, as a BLAS product
@@ -153,7 +153,7 @@ class EmbeddingLookup(Function):
     @staticmethod
     def backward(ctx, grad):
         (indices,) = ctx.saved_tensors
-        grad_weight = scatter_add_rows(ctx.num_rows, indices.reshape(-1), grad.reshape(-1, grad.shape[-1]))
+        grad_weight = scatter_add_rows(ctx.num_rows, indices.reshape(-1), rows_of(grad))
         if ctx.padding_idx is not None:
             grad_weight[ctx.padding_idx] = 0  # the padding row never learns
         return grad_weight
