@@ -137,7 +137,7 @@ def mha_inputs(rng, b, tq, tk, e, kdim=None, vdim=None):
 
 
 @pytest.mark.parametrize("need_weights", [True, False])
-@given(b=st.integers(1, 2), tq=st.integers(1, 4), tk=st.integers(1, 4), heads=st.sampled_from([1, 2]),
+@given(b=st.integers(0, 2), tq=st.integers(0, 4), tk=st.integers(0, 4), heads=st.sampled_from([1, 2]),
        causal=st.booleans(), padded=st.booleans(), bias=st.booleans(), seed=st.integers(0, 2**16))
 def test_multi_head_attention_gradcheck(sdpa_path, need_weights, b, tq, tk, heads, causal, padded, bias, seed):
     if need_weights and sdpa_path == "flash":
@@ -145,7 +145,7 @@ def test_multi_head_attention_gradcheck(sdpa_path, need_weights, b, tq, tk, head
     rng = np.random.default_rng(seed)
     mha = double(nn.MultiHeadAttention(4, heads, bias=bias, kdim=3, vdim=5))
     q, k, v = mha_inputs(rng, b, tq, tk, 4, 3, 5)
-    mask = ta.padding_mask(rng.integers(1, tk + 1, b), tk) if padded else None
+    mask = ta.padding_mask(rng.integers(min(1, tk), tk + 1, b), tk) if padded else None
 
     def attend(q_, k_, v_, *params):
         out, w = mha(q_, k_, v_, mask=mask, is_causal=causal, need_weights=need_weights)
@@ -155,7 +155,7 @@ def test_multi_head_attention_gradcheck(sdpa_path, need_weights, b, tq, tk, head
 
 
 @pytest.mark.parametrize("unbatched", [False, True])
-@given(b=st.integers(1, 2), t=st.integers(1, 4), heads=st.sampled_from([1, 2]), causal=st.booleans(),
+@given(b=st.integers(0, 2), t=st.integers(0, 4), heads=st.sampled_from([1, 2]), causal=st.booleans(),
        padded=st.booleans(), bias=st.booleans(), seed=st.integers(0, 2**16))
 def test_self_attention_packed_path_has_the_same_maths(sdpa_path, unbatched, b, t, heads, causal, padded, bias,
                                                        seed):
@@ -164,7 +164,7 @@ def test_self_attention_packed_path_has_the_same_maths(sdpa_path, unbatched, b, 
     rng = np.random.default_rng(seed)
     mha = double(nn.MultiHeadAttention(4, heads, bias=bias))
     data = rng.normal(size=(t, 4) if unbatched else (b, t, 4))
-    mask = ta.padding_mask(rng.integers(1, t + 1, b), t) if padded and not unbatched else None
+    mask = ta.padding_mask(rng.integers(min(1, t), t + 1, b), t) if padded and not unbatched else None
     grad = rng.normal(size=data.shape)
     seen = []
     ta.engine._forward_hooks.append(lambda ctx, out: seen.append((ctx.function.__name__, len(ctx.inputs))))
