@@ -251,6 +251,30 @@ print(json.dumps({"layer": numba.threading_layer(), "levels": [before, runtime.o
         assert result["levels"][0] == result["levels"][1]
 
 
+def test_parallel_work_leaves_the_callers_numba_thread_count_as_it_was(monkeypatch):
+    """numba's thread count is the calling thread's own setting: a row kernel, a product and attention's
+    items on numba's threads set it for their launch and put it back, whatever it was."""
+    import numba
+
+    if not parallel._numba_ready():
+        pytest.skip("numba has no threading layer that several Python threads may call here")
+    share_work_among_threads(monkeypatch, 2, "numba threads")
+    monkeypatch.setattr(parallel, "_on_numba_threads", parallel._on_numba_threads)  # the real one, not a stub
+    rng = np.random.default_rng(0)
+    x = ta.Tensor(rng.normal(size=(64, 32)), requires_grad=True)
+    qkv = ta.Tensor(rng.normal(size=(2, 8, 3, 2, 4)), requires_grad=True)
+    original = numba.get_num_threads()
+    try:
+        for mine in sorted({1, numba.config.NUMBA_NUM_THREADS}):
+            numba.set_num_threads(mine)
+            F.softmax(x, -1).sum().backward()
+            nn.Linear(32, 4).to(np.float64)(x).sum().backward()
+            F.packed_self_attention(qkv, is_causal=True).sum().backward()
+            assert numba.get_num_threads() == mine
+    finally:
+        numba.set_num_threads(original)
+
+
 def test_configure_is_explicit_and_says_what_it_did(monkeypatch):
     calls = []
     monkeypatch.setattr(ta.runtime, "set_num_threads", lambda n: calls.append(n))

@@ -254,8 +254,10 @@ def _on_numba_threads(n: int, kernel: Callable, *args):
     """kernel(*args) with its `prange` on n of numba's threads (numba's count is per calling thread)."""
     import numba
 
-    previous = numba.get_num_threads()
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    previous, wanted = numba.get_num_threads(), min(n, numba.config.NUMBA_NUM_THREADS)
+    if previous == wanted:  # nothing to set or put back (each set costs a few microseconds)
+        return kernel(*args)
+    numba.set_num_threads(wanted)
     try:
         return kernel(*args)
     finally:

@@ -98,8 +98,8 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
     """N(mean, std) restricted to [a, b] (absolute bounds, as PyTorch), drawn by resampling what falls outside.
 
     Refused when [a, b] holds under 1% of the distribution: resampling would then take too long."""
-    values = {"mean": mean, "std": std, "a": a, "b": b}
-    mean, std, a, b = (check_number(v, n, "init.trunc_normal_") for n, v in values.items())
+    given = {"mean": mean, "std": std, "a": a, "b": b}
+    mean, std, a, b = (check_number(v, n, "init.trunc_normal_") for n, v in given.items())
     if std <= 0 or not a < b:
         raise ValueError(f"init.trunc_normal_: need std > 0 and a < b, got std={std}, a={a}, b={b}")
     mass = (math.erf((b - mean) / (std * math.sqrt(2))) - math.erf((a - mean) / (std * math.sqrt(2)))) / 2
