@@ -31,6 +31,13 @@ class KVCache:
         self.length = 0
         self._store: dict[int, list] = {}
 
+    @staticmethod
+    def check(cache: Any, op: str) -> KVCache | None:
+        """`cache` if it is a KVCache or None, else one clear TypeError."""
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"{op}: kv_cache must be a KVCache or None, got {type(cache).__name__}")
+        return cache
+
     def extend(self, module: Module, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append k, v (B, H, T, d) for `module`; returns all its keys and values so far (B, H, P + T, d)."""
         entry = self._store.get(id(module))
@@ -124,9 +131,7 @@ class MultiHeadAttention(Module):
         for name, t in (("query", query), ("key", key), ("value", value)):
             if t is not None or name == "query":
                 check_tensor(t, "MultiHeadAttention", name)
-        if kv_cache is not None and not isinstance(kv_cache, KVCache):
-            raise TypeError(f"MultiHeadAttention: kv_cache must be a KVCache or None, got {type(kv_cache).__name__}")
-        if kv_cache is not None:
+        if KVCache.check(kv_cache, "MultiHeadAttention") is not None:
             return self._forward_cached(query, key, value, mask, is_causal, need_weights, kv_cache)
         key = query if key is None else key
         value = key if value is None else value

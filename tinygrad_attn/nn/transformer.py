@@ -140,9 +140,7 @@ class CausalLM(Module):
 
     def forward(self, tokens: Any, return_attention: bool = False, kv_cache: KVCache | None = None) -> Any:
         """Logits (B, T, vocab). With a `kv_cache`, `tokens` continue the positions it holds."""
-        if kv_cache is not None and not isinstance(kv_cache, KVCache):
-            raise TypeError(f"CausalLM: kv_cache must be a KVCache or None, got {type(kv_cache).__name__}")
-        offset = 0 if kv_cache is None else kv_cache.length
+        offset = 0 if KVCache.check(kv_cache, "CausalLM") is None else kv_cache.length
         x = self.position(self.embed(tokens), offset)  # (B, T, E)
         for layer in self.layers:
             x = layer(x, is_causal=True, need_weights=return_attention, kv_cache=kv_cache)
