@@ -259,7 +259,6 @@ def test_parallel_work_leaves_the_callers_numba_thread_count_as_it_was(monkeypat
     if not parallel._numba_ready():
         pytest.skip("numba has no threading layer that several Python threads may call here")
     share_work_among_threads(monkeypatch, 2, "numba threads")
-    monkeypatch.setattr(parallel, "_on_numba_threads", parallel._on_numba_threads)  # the real one, not a stub
     rng = np.random.default_rng(0)
     x = ta.Tensor(rng.normal(size=(64, 32)), requires_grad=True)
     qkv = ta.Tensor(rng.normal(size=(2, 8, 3, 2, 4)), requires_grad=True)
