@@ -27,6 +27,10 @@ from numba.extending import intrinsic, overload
 
 from . import SAFE_FASTMATH
 
+# A tile with rows of up to this many keys is shifted row by row (S - m, hidden keys -inf), then
+# exponentiated as one flat array: a vectorised loop per row pays only on longer rows.
+SHORT_ROW = 64
+
 
 def maximum(a, b):
     """The larger of two floats, NaN when either is NaN (IEEE 754-2019 maximum).
@@ -167,6 +171,26 @@ def exp_row(scores, g, i, limit, m):
     return total
 
 
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
+def shift_row(scores, g, i, limit, shift):
+    """scores[g, i, :limit] -= shift, the rest of the row <- -inf (hidden); all -inf when shift is -inf
+    (nothing seen). Returns shift. exp_in_place then makes the row exp(S - shift), 0 where hidden."""
+    if shift == -np.inf:
+        limit = 0
+    for j in range(limit):
+        scores[g, i, j] -= shift
+    scores[g, i, limit:] = -np.inf
+    return shift
+
+
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+def exp_in_place(flat):
+    """flat <- exp(flat), one vectorised loop over a whole tile."""
+    wide_vectors()
+    for j in range(flat.shape[0]):
+        flat[j] = exp_vectorizable(flat[j])
+
+
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
 def softmax_tile(scores, maxima, sums, q_start, k_start, causal):
     """A query block's only key tile: scores (G, bq, bk) -> P = softmax(S) in place.
@@ -177,13 +201,25 @@ def softmax_tile(scores, maxima, sums, q_start, k_start, causal):
     """
     wide_vectors()
     groups, bq, bk = scores.shape
+    short = bk <= SHORT_ROW
+    if short:  # S - m row by row, then one exp over the whole tile (SHORT_ROW)
+        for g in range(groups):
+            for i in range(bq):
+                limit = visible_keys(i, bk, q_start, k_start, causal)
+                maxima[g, i] = shift_row(scores, g, i, limit, row_max(scores, g, i, limit, scores.dtype.type(-np.inf)))
+        exp_in_place(scores.reshape(scores.size))
     for g in range(groups):
         for i in range(bq):
             limit = visible_keys(i, bk, q_start, k_start, causal)
-            m = row_max(scores, g, i, limit, scores.dtype.type(-np.inf))  # in the scores' dtype: exp stays float32
+            m = maxima[g, i] if short else row_max(scores, g, i, limit, scores.dtype.type(-np.inf))  # scores' dtype
             if m == -np.inf:
                 limit = 0
-            total = exp_row(scores, g, i, limit, m)
+            if short:
+                total = scores.dtype.type(0)
+                for j in range(limit):
+                    total += scores[g, i, j]
+            else:
+                total = exp_row(scores, g, i, limit, m)
             inverse = scores.dtype.type(1) / total if limit else scores.dtype.type(0)
             for j in range(limit):
                 scores[g, i, j] *= inverse
@@ -219,13 +255,19 @@ def probs_from_lse(scores, lse, q_start, k_start, causal):
     """scores (G, bq, bk) -> P = exp(S - lse) in place, recomputed for the backward; 0 where masked or dead."""
     wide_vectors()
     groups, bq, bk = scores.shape
+    short = bk <= SHORT_ROW
     for g in range(groups):
         for i in range(bq):
             shift = lse[g, i]  # a local, so the loop below has no load that may alias the scores
             limit = 0 if shift == -np.inf else visible_keys(i, bk, q_start, k_start, causal)  # NaN goes on
-            for j in range(limit):
-                scores[g, i, j] = exp_vectorizable(scores[g, i, j] - shift)
-            scores[g, i, limit:] = 0
+            if short:
+                shift_row(scores, g, i, limit, shift)
+            else:
+                for j in range(limit):
+                    scores[g, i, j] = exp_vectorizable(scores[g, i, j] - shift)
+                scores[g, i, limit:] = 0
+    if short:
+        exp_in_place(scores.reshape(scores.size))  # exp(S - lse), 0 where hidden
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
