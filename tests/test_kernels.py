@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import WHERE_PARALLEL_WORK_RUNS, products_on_numba_threads, share_work_among_threads
+from conftest import WHERE_PARALLEL_WORK_RUNS, products_on_numba_threads, shapes, share_work_among_threads
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import njit
@@ -19,6 +19,7 @@ from tinygrad_attn.kernels import flash, layout, parallel, tiles
 from tinygrad_attn.kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward, cross_entropy_reference
 from tinygrad_attn.kernels.gelu import gelu_backward, gelu_forward, gelu_reference
 from tinygrad_attn.kernels.layernorm import layer_norm_backward, layer_norm_forward, layer_norm_reference
+from tinygrad_attn.kernels.relu import relu_backward, relu_forward, relu_reference
 from tinygrad_attn.kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward, softmax_reference
 
 pytestmark = pytest.mark.kernels
@@ -87,6 +88,24 @@ def test_gelu_kernel_matches_reference(dtype, approximate):
         np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-300 if not approximate else 1e-15)
 
 
+@pytest.mark.parametrize("dtype", DTYPES + [np.int64])
+@given(shape=shapes(max_dims=3, max_side=5), transposed=st.booleans(), seed=st.integers(0, 2**16))
+def test_relu_kernel_matches_reference(dtype, shape, transposed, seed):
+    """Forward and backward, with NaN, infinities and zeros among the inputs (a NaN stays NaN; the
+    subgradient at 0 is 0), on contiguous and transposed arrays and on other dtypes (numpy's way)."""
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=shape) * 3).astype(dtype)
+    g = rng.normal(size=shape).astype(dtype)
+    if x.size and dtype != np.int64:
+        x.reshape(-1)[rng.integers(x.size, size=3)] = rng.choice([np.nan, np.inf, -np.inf, 0.0], size=3)
+    if transposed:
+        x, g = x.T, g.T
+    got = relu_forward(x)
+    assert got.shape == x.shape and got.dtype == dtype
+    np.testing.assert_array_equal(got, relu_reference(x))
+    np.testing.assert_array_equal(relu_backward(x, g), relu_reference(x, g))
+
+
 def test_gelu_erfc_polynomial_is_within_its_stated_error():
     """gelu.py's erfc(z) = exp(-z^2) t q(t), t = 1 / (1 + 0.3 z), evaluated in float64 from the float32
     coefficients: relative error below 6e-8 on z in [0, 9.5], as its docstring states."""
@@ -130,6 +149,7 @@ def _row_kernel_results(rng_seed, rows, n, dtype):
     flat, flat_g = x.reshape(-1), g.reshape(-1)
     for approximate in (False, True):
         results += [gelu_forward(flat, approximate), gelu_backward(flat, flat_g, approximate)]
+    results += [relu_forward(x), relu_backward(x, g)]
     return results
 
 
@@ -328,6 +348,50 @@ def test_row_max_is_numpy_max_of_the_prefix(dtype, bk, seed):
             got = tiles.row_max(scores, g, i, limit, dtype(start))
             want = np.max(np.concatenate([[start], scores[g, i, :limit]]).astype(dtype))
             np.testing.assert_array_equal(got, want)
+
+
+def _tile_probs_reference(scores, q_start, k_start, causal, shift=None):
+    """Each row's visible prefix (the causal rule of tiles.visible_keys): P = softmax, or exp(S - shift) given
+    the row's lse; 0 where hidden or where nothing is seen. Returns P and each row's max."""
+    groups, bq, bk = scores.shape
+    probs, maxima = np.zeros_like(scores), np.full((groups, bq), -np.inf, scores.dtype)
+    for g, i in np.ndindex(groups, bq):
+        limit = max(min(bk, q_start + i - k_start + 1), 0) if causal else bk
+        row = scores[g, i, :limit]
+        m = np.max(row, initial=-np.inf)
+        s = m if shift is None else shift[g, i]
+        maxima[g, i] = m
+        if limit and s != -np.inf:
+            e = np.exp(row - s)
+            probs[g, i, :limit] = e if shift is not None else e / e.sum()
+    return probs, maxima
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("keys", [(1, tiles.SHORT_ROW), (tiles.SHORT_ROW + 1, tiles.SHORT_ROW + 20)])
+@given(data=st.data(), bq=st.integers(1, 5), starts=st.sampled_from([(0, 0), (3, 0), (0, 2), (70, 5)]),
+       causal=st.booleans(), seed=st.integers(0, 2**16))
+def test_tile_softmax_and_probs_match_numpy_on_short_and_long_rows(dtype, keys, data, bq, starts, causal, seed):
+    """softmax_tile and probs_from_lse against numpy on rows either side of SHORT_ROW (one exp over the whole
+    tile below it, one per row above), with masked (-inf) scores, a row with nothing visible, and a NaN."""
+    bk = data.draw(st.integers(*keys))
+    rng = np.random.default_rng(seed)
+    scores = (3 * rng.normal(size=(3, bq, bk))).astype(dtype)
+    scores[rng.random(scores.shape) < 0.2] = -np.inf
+    scores[1, 0] = -np.inf  # nothing to attend to
+    scores[2, bq - 1, rng.integers(bk)] = np.nan  # NaN in the row when it is visible
+    want, want_max = _tile_probs_reference(scores, *starts, causal)
+    got, maxima, sums = scores.copy(), np.empty((3, bq), dtype), np.empty((3, bq), dtype)
+    tiles.softmax_tile(got, maxima, sums, *starts, causal)
+    np.testing.assert_allclose(got, want, **tol(dtype))
+    np.testing.assert_array_equal(maxima, want_max)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lse = np.where(sums > 0, maxima + np.log(sums), np.where(np.isnan(sums), np.nan, -np.inf)).astype(dtype)
+    want_p, _ = _tile_probs_reference(scores, *starts, causal, shift=lse)
+    got_p = scores.copy()
+    tiles.probs_from_lse(got_p, lse, *starts, causal)
+    np.testing.assert_allclose(got_p, want_p, **tol(dtype))
+    np.testing.assert_allclose(got_p, want, **tol(dtype))  # exp(S - lse) is the softmax again
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .engine import Context, Function, Tensor, _short, is_grad_enabled, tensor_dtype
+from .kernels.relu import relu_backward, relu_forward
 
 # --- elementwise, two inputs ---------------------------------------------------
 
@@ -170,13 +171,13 @@ class Sigmoid(Function):
 class Relu(Function):
     @staticmethod
     def forward(ctx, a):
-        ctx.save_for_backward(a > 0)
-        return np.maximum(a, 0)
+        ctx.save_for_backward(a)
+        return relu_forward(a)  # max(a, 0), NaN kept
 
     @staticmethod
     def backward(ctx, grad):
-        (positive,) = ctx.saved_tensors
-        return grad * positive  # the subgradient at 0 is taken as 0
+        (a,) = ctx.saved_tensors
+        return relu_backward(a, grad)  # grad where a > 0, else 0: the subgradient at 0 is taken as 0
 
 
 class Cast(Function):
