@@ -116,6 +116,22 @@ def test_softmax_of_an_all_nan_row_is_nan():
         assert np.isnan(out[0]).all() and np.isnan(out[1, 0]) and np.isfinite(out[2]).all()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_of_a_row_holding_plus_inf_is_nan_as_in_pytorch(dtype):
+    """exp(inf - inf) is NaN, and so is the sum it enters: the whole row is NaN, as in PyTorch, with or
+    without a mask; the other rows are untouched."""
+    x = np.array([[1.0, np.inf, 2.0, 0.0], [1.0, 2.0, 3.0, 4.0]], dtype)
+    keep = np.array([[True, True, True, False], [True, True, False, True]])
+    for fn in (F.softmax, F.log_softmax):
+        for out in (fn(T(x, False)).data, fn(T(x, False).masked_fill(~keep, -np.inf)).data):
+            assert np.isnan(out[0]).all() and not np.isnan(out[1]).any()
+    try:
+        import torch
+    except ImportError:
+        return
+    np.testing.assert_allclose(F.softmax(T(x, False)).data, torch.softmax(torch.tensor(x), -1).numpy(), rtol=1e-6)
+
+
 @pytest.fixture(params=WHERE_PARALLEL_WORK_RUNS)
 def parallel_mode(monkeypatch, request):
     share_work_among_threads(monkeypatch, 2, request.param)

@@ -69,7 +69,7 @@ def _softmax_rows(x, keep, out, lse, start, stop):
             out[r, j] = e
             total += e
         lse[r] = m + np.log(total if total != 0 else x.dtype.type(1))  # a dead row: m = -inf, total = 0
-        inverse = x.dtype.type(1) / total if total > 0 else x.dtype.type(0)  # a dead row's exps are 0
+        inverse = x.dtype.type(1) / total if total != 0 else x.dtype.type(0)  # a dead row's exps are 0; NaN spreads
         for j in range(x.shape[1]):
             out[r, j] *= inverse
 
