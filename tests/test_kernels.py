@@ -17,6 +17,7 @@ import tinygrad_attn as ta
 from tinygrad_attn import functional as F
 from tinygrad_attn.kernels import flash, layout, parallel, tiles
 from tinygrad_attn.kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward, cross_entropy_reference
+from tinygrad_attn.kernels.embedding import scatter_add_rows, scatter_add_rows_reference
 from tinygrad_attn.kernels.gelu import gelu_backward, gelu_forward, gelu_reference
 from tinygrad_attn.kernels.layernorm import layer_norm_backward, layer_norm_forward, layer_norm_reference
 from tinygrad_attn.kernels.relu import relu_backward, relu_forward, relu_reference
@@ -104,6 +105,20 @@ def test_relu_kernel_matches_reference(dtype, shape, transposed, seed):
     assert got.shape == x.shape and got.dtype == dtype
     np.testing.assert_array_equal(got, relu_reference(x))
     np.testing.assert_array_equal(relu_backward(x, g), relu_reference(x, g))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(num_rows=st.integers(1, 6), n=st.integers(0, 30), dim=st.integers(0, 20), seed=st.integers(0, 2**16))
+def test_scatter_add_rows_matches_numpy_and_refuses_indices_out_of_range(dtype, num_rows, n, dim, seed):
+    """The embedding backward sums every row into its index's row (indices repeat), as np.add.at does; an
+    index outside the table is an IndexError naming it, whichever path reaches the kernel."""
+    rng = np.random.default_rng(seed)
+    indices, rows = rng.integers(0, num_rows, n), rng.normal(size=(n, dim)).astype(dtype)
+    np.testing.assert_allclose(scatter_add_rows(num_rows, indices, rows),
+                               scatter_add_rows_reference(num_rows, indices, rows), **tol(dtype))
+    for bad in (-1, num_rows, 2**40):
+        with pytest.raises(IndexError, match=f"got {bad}"):
+            scatter_add_rows(num_rows, np.append(indices, bad), np.vstack([rows, np.ones((1, dim), dtype)]))
 
 
 def test_gelu_erfc_polynomial_is_within_its_stated_error():

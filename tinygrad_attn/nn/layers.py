@@ -14,6 +14,7 @@ import numpy as np
 from .. import functional as F
 from .. import rng
 from ..engine import Function, Tensor
+from ..kernels.embedding import scatter_add_rows
 from ..kernels.parallel import row_split_matmul
 from ..ops import check_tensor, rows_of
 from .module import Module, Parameter
@@ -122,22 +123,6 @@ class LayerNorm(Module):
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}, "
                 f"bias={self.bias is not None}")
-
-
-def scatter_add_rows(num_rows: int, indices: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """out[i] = sum of rows[n] over n with indices[n] == i; out is (num_rows, D).
-
-    Sorting the indices and summing each run with np.add.reduceat is several
-    times faster than np.add.at, which handles one index at a time.
-    """
-    out = np.zeros((num_rows, rows.shape[-1]), dtype=rows.dtype)
-    if indices.size == 0:
-        return out
-    order = np.argsort(indices, kind="stable")
-    sorted_indices = indices[order]
-    starts = np.flatnonzero(np.r_[True, sorted_indices[1:] != sorted_indices[:-1]])  # first row of each run
-    out[sorted_indices[starts]] = np.add.reduceat(rows[order], starts, axis=0)
-    return out
 
 
 class EmbeddingLookup(Function):
