@@ -1,4 +1,4 @@
-"""Row kernels, forward + backward, against PyTorch CPU: GELU, layer norm, softmax, cross-entropy.
+"""Row kernels, forward + backward, against PyTorch CPU: GELU, ReLU, layer norm, softmax, cross-entropy.
 
 float32, each case timed in its own subprocess pinned to `threads` cores, median of --rounds
 interleaved rounds (each the median of --reps steps). A step sets the gradients to None, then
@@ -19,7 +19,7 @@ import sys
 import time
 
 SHAPES = [(12, 64, 512), (64, 17, 64)]
-OPS = ["gelu", "layer_norm", "softmax", "cross_entropy"]
+OPS = ["gelu", "relu", "layer_norm", "softmax", "cross_entropy"]
 
 
 def make_step(framework, op, shape, threads):
@@ -39,7 +39,8 @@ def make_step(framework, op, shape, threads):
         t = torch.tensor(target)
         F = torch.nn.functional
         forward = {
-            "gelu": lambda: F.gelu(x), "layer_norm": lambda: F.layer_norm(x, shape[-1:], w, b),
+            "gelu": lambda: F.gelu(x), "relu": lambda: F.relu(x),
+            "layer_norm": lambda: F.layer_norm(x, shape[-1:], w, b),
             "softmax": lambda: F.softmax(x, -1),
             "cross_entropy": lambda: F.cross_entropy(x.reshape(-1, shape[-1]), t.reshape(-1)),
         }[op]
@@ -51,7 +52,8 @@ def make_step(framework, op, shape, threads):
         x = ta.Tensor(x_np, requires_grad=True)
         g, w, b = g_np, ta.Tensor(w_np, requires_grad=True), ta.Tensor(b_np, requires_grad=True)
         forward = {
-            "gelu": lambda: F.gelu(x), "layer_norm": lambda: F.layer_norm(x, shape[-1:], w, b),
+            "gelu": lambda: F.gelu(x), "relu": lambda: F.relu(x),
+            "layer_norm": lambda: F.layer_norm(x, shape[-1:], w, b),
             "softmax": lambda: F.softmax(x, -1), "cross_entropy": lambda: F.cross_entropy(x, target),
         }[op]
 
