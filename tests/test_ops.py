@@ -27,12 +27,15 @@ UNARY = {
 
 
 @pytest.mark.parametrize("name", sorted(UNARY))
-@given(data=st.data(), shape=shapes())
-def test_unary(name, data, shape):
+@given(data=st.data(), shape=shapes(), transposed=st.booleans())
+def test_unary(name, data, shape, transposed):
+    """Forward against numpy and gradcheck, on contiguous arrays and on transposed views of them."""
     op, reference, (low, high) = UNARY[name]
     x = data.draw(arrays(shape, low, high))
     if name == "relu":
         x = x * data.draw(st.sampled_from([1.0, -1.0]))  # away from the kink at 0
+    if transposed:
+        x = x.T  # a view: strides reversed, not contiguous when two dims exceed 1
     np.testing.assert_allclose(op(ta.Tensor(x)).data, reference(x), rtol=1e-6)
     assert ta.gradcheck(op, [ta.Tensor(x, requires_grad=True)])
 
