@@ -212,7 +212,7 @@ def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, n, k, m, a_ho
         got = parallel.row_split_matmul(a, b)
     np.testing.assert_allclose(got, a @ b, **tol(dtype))
     describable = all(h in ("row-major", "transposed") for h in (a_how, b_how)) and min(n, k, m) > 0
-    if n > 1 and describable and parallel._safe_numba_layer() and parallel._gemm(np.dtype(dtype)) is not None:
+    if n > 1 and describable and parallel._safe_numba_layer() and parallel.gemm_for(np.dtype(dtype)) is not None:
         assert calls
     if not describable:
         assert not calls
@@ -274,6 +274,60 @@ def test_flash_attention_backward_gradcheck(small_blocks, kind, tq, tk, causal, 
     mask = _random_mask(rng, kind, lead, tq, tk, np.float64)
     attend = lambda q_, k_, v_: F.scaled_dot_product_attention(q_, k_, v_, mask=mask, is_causal=causal)  # noqa: E731
     assert ta.gradcheck(attend, [q, k, v])
+
+
+@pytest.fixture(params=WHERE_PARALLEL_WORK_RUNS)
+def one_tile_calls(monkeypatch, request):
+    """Default tiles, so short sequences fit one tile and take small.py's compiled steps, with the groups
+    shared among 3 threads (on each of the places parallel work runs); the list records each such call."""
+    share_work_among_threads(monkeypatch, 3, request.param)
+    calls, real = [], flash.one_tile_forward
+    monkeypatch.setattr(flash, "one_tile_forward", lambda *args: calls.append(1) or real(*args))
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["none", "bool", "float"])
+@given(tq=st.integers(0, 9), tk=st.integers(0, 9), d=st.integers(1, 4), causal=st.booleans(), packed=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_one_tile_path_matches_reference_and_gradchecks(one_tile_calls, kind, tq, tk, d, causal, packed, seed):
+    """small.py against the dense reference, and gradcheck in float64, with masks (a fully masked row
+    among them), on separate q, k, v and on heads split from a packed qkv (strided groups, the gradient
+    written into one packed array)."""
+    rng = np.random.default_rng(seed)
+    calls_before = len(one_tile_calls)
+    if packed:
+        tk = tq
+        qkv = ta.Tensor(rng.normal(size=(2, tq, 3, 3, d)), requires_grad=True)  # (B, T, 3, H, d)
+        split = lambda a: [np.swapaxes(a[:, :, i], 1, 2) for i in range(3)]  # noqa: E731
+        q, k, v = split(qkv.data)
+        inputs = [qkv]
+        attend = lambda x: F.packed_self_attention(x, mask=mask, is_causal=causal)  # noqa: E731
+    else:
+        q, k, v = (rng.normal(size=(2, 3, t, d)) for t in (tq, tk, tk))
+        inputs = [ta.Tensor(a, requires_grad=True) for a in (q, k, v)]
+        attend = lambda *x: F.scaled_dot_product_attention(*x, mask=mask, is_causal=causal)  # noqa: E731
+    mask = _random_mask(rng, kind, (2, 3), tq, tk, np.float64)
+    bias = None if mask is None else np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask
+    out = attend(*inputs).data
+    expected = flash.attention_reference(q, k, v, 1 / math.sqrt(d), causal, bias)
+    np.testing.assert_allclose(out.swapaxes(1, 2) if packed else out, expected, **tol(np.float64))
+    assert ta.gradcheck(attend, inputs)
+    assert len(one_tile_calls) > calls_before or min(tq, tk) == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_one_tile_path_carries_a_nan_to_the_rows_that_see_it(one_tile_calls, dtype):
+    """As test_flash_attention_carries_a_nan_to_the_rows_that_see_it, on small.py's path."""
+    rng = np.random.default_rng(0)
+    tq = 7
+    q, k, v = (rng.normal(size=(1, 2, tq, 4)).astype(dtype) for _ in range(3))
+    q[0, 0, tq - 1, 1] = np.nan
+    k[0, 1, 3, 2] = np.nan
+    out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), is_causal=True).data
+    rows_nan = np.isnan(out).any(axis=-1)
+    np.testing.assert_array_equal(rows_nan[0, 0], np.arange(tq) == tq - 1)
+    np.testing.assert_array_equal(rows_nan[0, 1], np.arange(tq) >= 3)
+    assert one_tile_calls
 
 
 @given(t=st.integers(1, 12), seed=st.integers(0, 2**16))

@@ -41,7 +41,8 @@ from .layout import (
     tile_shape,
     transposed,
 )
-from .parallel import parallel_each, threads_for
+from .parallel import gemm_for, parallel_each, threads_for
+from .small import blas_rows, fits_one_tile, one_tile_backward, one_tile_forward
 from .tiles import online_softmax_tile, probs_from_lse, score_gradient, softmax_tile
 
 
@@ -124,11 +125,13 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
     """q (P, Q, Tq, d), k (P, Q, Tk, d), v (P, Q, Tk, dv) grids (layout.as_group_grid); bias from grid_bias.
 
     Returns out (P, Q, Tq, dv) laid out like q, lse (P, Q, Tq) and kt = (k * scale)^T (P, Q, d, Tk),
-    which the backward needs again.
+    which the backward needs again (None when each group fits one tile: small.py then recomputes it).
     """
     (n_outer, n_inner, tq, _), tk = q.shape, k.shape[2]
     tile = tile_shape(tq, causal)
     out = new_like(q, v.shape[3])
+    if fits_one_tile(q, k, v, tile, gemm_for(q.dtype)):  # every group one tile: the compiled steps (small.py)
+        return out, log_sum_exp(*one_tile_forward(q, k, v, scale, causal, bias, out, gemm_for(q.dtype))), None
     lse = np.empty((n_outer, n_inner, tq), q.dtype)
     kt = np.empty(k.shape[:2] + k.shape[:1:-1], k.dtype)
     work = float(q.size) * tk
@@ -148,6 +151,8 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, kt, scale, causal, bia
     its own. A gradient that every tile writes once is written in place (in its input's layout, when
     no target is given); one that tiles add into is summed in a contiguous array first.
     """
+    if kt is None:  # the forward ran small.py's compiled steps
+        return _one_tile_backward(grad_out, q, k, v, out, lse, scale, causal, bias, grads)
     (n_outer, n_inner, tq, _), tk = q.shape, k.shape[2]
     tile = tile_shape(tq, causal)
     work = float(q.size) * tk * 2
@@ -177,6 +182,18 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, kt, scale, causal, bia
         if target is not None and target is not got:
             target[...] = got
     return tuple(got if target is None else target for target, got in zip(targets, result))
+
+
+def _one_tile_backward(grad_out, q, k, v, out, lse, scale, causal, bias, grads):
+    """small.py's backward, into the targets (views of one packed gradient) or new arrays laid out like the
+    inputs; a target BLAS could not write (none from the packed path) gets a new array, copied in."""
+    writable = grads is not None and all(blas_rows(t) for t in grads)
+    dq, dk, dv = grads if writable else (new_like(a, a.shape[3]) for a in (q, k, v))
+    grad_out = grad_out if blas_rows(grad_out) else np.ascontiguousarray(grad_out)  # e.g. a broadcast gradient
+    one_tile_backward(grad_out, q, k, v, out, lse, scale, causal, bias, dq, dk, dv, gemm_for(q.dtype))
+    for target, got in zip(grads if grads is not None and not writable else (), (dq, dk, dv)):
+        target[...] = got
+    return grads if grads is not None else (dq, dk, dv)
 
 
 def _gradient(target, like, written_once):

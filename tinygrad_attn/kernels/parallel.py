@@ -81,7 +81,8 @@ _openblas = _openblas_library()  # looked up once; an op reads its thread count 
 _gemms = {np.dtype(t): find_gemm(_openblas, t) for t in (np.float32, np.float64)}
 
 
-def _gemm(dtype: np.dtype):
+def gemm_for(dtype: np.dtype):
+    """numpy's BLAS `?gemm` for dtype as a ctypes function compiled kernels can call (blas.py), or None."""
     return _gemms.get(dtype)
 
 
@@ -244,10 +245,16 @@ def run_rows(parallel_kernel: Callable, rows_kernel: Callable, work: float, *arg
     n is `set_num_threads`'s count; numba's count is per calling thread, so setting it here changes
     nothing for other threads.
     """
-    rows, n = args[0].shape[0], _numba_threads(work)
-    if n <= 1 or rows <= 1:
-        return rows_kernel(*args, 0, rows)
-    return _on_numba_threads(n, parallel_kernel, *args, _parts(rows, n))
+    return run_parts(parallel_kernel, rows_kernel, args[0].shape[0], work, *args)
+
+
+def run_parts(parallel_kernel: Callable, serial_kernel: Callable, count: int, work: float, *args):
+    """run_rows over `count` items of any kind: serial_kernel(*args, 0, count) on the calling thread, or
+    parallel_kernel(*args, parts) on numba's threads."""
+    n = _numba_threads(work)
+    if n <= 1 or count <= 1:
+        return serial_kernel(*args, 0, count)
+    return _on_numba_threads(n, parallel_kernel, *args, _parts(count, n))
 
 
 def _on_numba_threads(n: int, kernel: Callable, *args):
@@ -353,7 +360,7 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a @ b  # numpy's own checks and messages for anything else
     n_rows, work = a.shape[0], float(a.shape[0]) * a.shape[1] * b.shape[1]
     n = _numba_threads(work, MIN_PRODUCT_WORK)
-    gemm = _gemm(a.dtype) if n > 1 and n_rows > 1 and a.dtype == b.dtype else None
+    gemm = gemm_for(a.dtype) if n > 1 and n_rows > 1 and a.dtype == b.dtype else None
     a_layout, b_layout = (blas_operand(a), blas_operand(b)) if gemm is not None else (None, None)
     if a_layout is not None and b_layout is not None:
         out = np.empty((n_rows, b.shape[1]), a.dtype)
