@@ -20,7 +20,8 @@ Every array carries two leading dims (p, h): a chunk of the (batch, head)
 groups, done together so that each numpy call covers many small problems.
 How the groups lie in memory, how they are cut into chunks and tiles, and
 which thread runs what live in layout.py and parallel.py; the numba kernels
-for one tile in tiles.py. A row with nothing to attend to (every key masked)
+for one tile in tiles.py. When every group fits one tile, small.py runs the
+same steps compiled, a group at a time. A row with nothing to attend to (every key masked)
 gets l = 0: output 0, lse -inf, gradients 0. A NaN anywhere in a row's
 scores makes that row's output NaN.
 """
