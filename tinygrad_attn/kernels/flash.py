@@ -130,9 +130,9 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
     """
     (n_outer, n_inner, tq, _), tk = q.shape, k.shape[2]
     tile = tile_shape(tq, causal)
-    out = new_like(q, v.shape[3])
-    if fits_one_tile(q, k, v, tile, gemm_for(q.dtype)):  # every group one tile: the compiled steps (small.py)
-        return out, log_sum_exp(*one_tile_forward(q, k, v, scale, causal, bias, out, gemm_for(q.dtype))), None
+    out, gemm = new_like(q, v.shape[3]), gemm_for(q.dtype)
+    if fits_one_tile(q, k, v, tile, gemm):  # every group one tile: the compiled steps (small.py)
+        return out, log_sum_exp(*one_tile_forward(q, k, v, scale, causal, bias, out, gemm)), None
     lse = np.empty((n_outer, n_inner, tq), q.dtype)
     kt = np.empty(k.shape[:2] + k.shape[:1:-1], k.dtype)
     work = float(q.size) * tk

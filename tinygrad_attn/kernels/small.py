@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from .blas import NO_TRANS, ROW_MAJOR, TRANS
+from .blas import NO_TRANS, ROW_MAJOR, TRANS, blas_operand
 from .parallel import run_parts
 from .tiles import part_rows, probs_from_lse, score_gradient, softmax_tile
 
@@ -33,11 +33,8 @@ def fits_one_tile(q, k, v, tile, gemm) -> bool:
 
 
 def blas_rows(a: np.ndarray) -> bool:
-    """Whether each (T, d) matrix of a grid is a row-major matrix BLAS can read: unit stride along a row,
-    rows at least a row apart."""
-    item = a.itemsize
-    return (a.strides[3] == item or a.shape[3] == 1) and (
-        a.shape[2] == 1 or (a.strides[2] % item == 0 and a.strides[2] >= a.shape[3] * item))
+    """Whether each (T, d) matrix of a grid is one BLAS reads where it lies, row-major (blas_operand)."""
+    return a.shape[0] * a.shape[1] == 0 or (blas_operand(a[0, 0]) or (None,))[0] == NO_TRANS
 
 
 @njit(cache=True, nogil=True, inline="always")
