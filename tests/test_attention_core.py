@@ -80,8 +80,8 @@ def test_attn_mask_is_mask(sdpa_path):
     rng = np.random.default_rng(1)
     q, k, v = (T(rng.normal(size=(2, 4, 3)), False) for _ in range(3))
     mask = rng.random((4, 4)) > 0.4
-    np.testing.assert_array_equal(F.scaled_dot_product_attention(q, k, v, attn_mask=mask).data,
-                                  F.scaled_dot_product_attention(q, k, v, mask=mask).data)
+    np.testing.assert_array_equal(F.scaled_dot_product_attention(q, k, v, attn_mask=mask).numpy(),
+                                  F.scaled_dot_product_attention(q, k, v, mask=mask).numpy())
 
 
 @pytest.mark.parametrize("tq, tk", [(0, 3), (3, 0), (0, 0)])
@@ -90,7 +90,7 @@ def test_empty_sequences_on_both_paths(sdpa_path, tq, tk):
     rng = np.random.default_rng(0)
     q, k, v = T(rng.normal(size=(2, tq, 4))), T(rng.normal(size=(2, tk, 4))), T(rng.normal(size=(2, tk, 5)))
     out = F.scaled_dot_product_attention(q, k, v)
-    assert out.shape == (2, tq, 5) and np.all(out.data == 0)
+    assert out.shape == (2, tq, 5) and np.all(out.numpy() == 0)
     out.backward(np.ones(out.shape))
     assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
 
@@ -104,7 +104,7 @@ def test_nan_propagates_on_both_paths(sdpa_path, dtype):
     q[0, 2, :] = np.nan
     mask = np.ones((4, 4), bool)
     mask[1] = False
-    out = F.scaled_dot_product_attention(T(q, False), T(k, False), T(v, False), mask=mask).data
+    out = F.scaled_dot_product_attention(T(q, False), T(k, False), T(v, False), mask=mask).numpy()
     assert np.isnan(out[0, 2]).all()
     assert np.all(out[0, 1] == 0) and np.isfinite(out[0, [0, 3]]).all()
 
@@ -112,7 +112,7 @@ def test_nan_propagates_on_both_paths(sdpa_path, dtype):
 def test_softmax_of_an_all_nan_row_is_nan():
     x = np.array([[np.nan, np.nan], [np.nan, -np.inf], [0.0, 1.0]])
     for fn in (F.softmax, F.log_softmax):
-        out = fn(T(x, False)).data
+        out = fn(T(x, False)).numpy()
         assert np.isnan(out[0]).all() and np.isnan(out[1, 0]) and np.isfinite(out[2]).all()
 
 
@@ -123,13 +123,13 @@ def test_softmax_of_a_row_holding_plus_inf_is_nan_as_in_pytorch(dtype):
     x = np.array([[1.0, np.inf, 2.0, 0.0], [1.0, 2.0, 3.0, 4.0]], dtype)
     keep = np.array([[True, True, True, False], [True, True, False, True]])
     for fn in (F.softmax, F.log_softmax):
-        for out in (fn(T(x, False)).data, fn(T(x, False).masked_fill(~keep, -np.inf)).data):
+        for out in (fn(T(x, False)).numpy(), fn(T(x, False).masked_fill(~keep, -np.inf)).numpy()):
             assert np.isnan(out[0]).all() and not np.isnan(out[1]).any()
     try:
         import torch
     except ImportError:
         return
-    np.testing.assert_allclose(F.softmax(T(x, False)).data, torch.softmax(torch.tensor(x), -1).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(F.softmax(T(x, False)).numpy(), torch.softmax(torch.tensor(x), -1).numpy(), rtol=1e-6)
 
 
 @pytest.fixture(params=WHERE_PARALLEL_WORK_RUNS)
@@ -157,7 +157,7 @@ def test_attention_beside_numpy_matmuls_in_another_thread(monkeypatch, mode):
     g = rng.normal(size=(1, 4, 1024, 32)).astype(np.float32)
     single = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     single.backward(g)
-    want = [single.data.copy(), q.grad.data.copy()]
+    want = [single.numpy().copy(), q.grad.numpy().copy()]
     a = rng.normal(size=(400, 400))
     results, errors = [], []
 
@@ -167,7 +167,7 @@ def test_attention_beside_numpy_matmuls_in_another_thread(monkeypatch, mode):
                 q.grad = None
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
                 out.backward(g)
-                results.append((out.data, q.grad.data))
+                results.append((out.numpy(), q.grad.numpy()))
         except Exception as err:  # noqa: BLE001
             errors.append(err)
 
@@ -192,14 +192,14 @@ def test_two_threads_running_multi_head_attention(monkeypatch, mode):
     mha = nn.MultiHeadAttention(32, 4)
     rng = np.random.default_rng(0)
     inputs = [rng.normal(size=(1, 2048, 32)).astype(np.float32) for _ in range(2)]
-    want = [mha(T(x, False), is_causal=True, need_weights=False)[0].data for x in inputs]
+    want = [mha(T(x, False), is_causal=True, need_weights=False)[0].numpy() for x in inputs]
     got, errors = [[], []], []
 
     def run(i):
         def body():
             try:
                 for _ in range(2):
-                    got[i].append(mha(T(inputs[i], False), is_causal=True, need_weights=False)[0].data)
+                    got[i].append(mha(T(inputs[i], False), is_causal=True, need_weights=False)[0].numpy())
             except Exception as err:  # noqa: BLE001
                 errors.append(err)
         return body
@@ -251,7 +251,7 @@ before = runtime.omp_get_max_active_levels()
 ta.set_num_threads(2)
 x = ta.Tensor(np.random.default_rng(0).normal(size=(256, 512)).astype(np.float32), requires_grad=True)
 y = F.softmax(x, dim=-1)
-y.backward(np.ones_like(y.data))
+y.backward(np.ones_like(y.numpy()))
 import numba
 print(json.dumps({"layer": numba.threading_layer(), "levels": [before, runtime.omp_get_max_active_levels()],
                   "parts": parallel.row_parts(256, 256 * 512)}))

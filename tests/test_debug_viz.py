@@ -22,7 +22,7 @@ def test_to_dot_lists_ops_shapes_and_leaf_gradients():
     assert dot.startswith("digraph") and "MatMul" in dot and "Softmax" in dot and "(2, 3)" in dot
     assert dot.count("->") == 5 and "grad norm" not in dot
     loss.backward()
-    assert f"grad norm {np.linalg.norm(x.grad.data):.3g}" in to_dot(loss)
+    assert f"grad norm {np.linalg.norm(x.grad.numpy()):.3g}" in to_dot(loss)
 
 
 def test_trace_backward_records_every_node_with_gradient_norms(capsys):
@@ -32,7 +32,7 @@ def test_trace_backward_records_every_node_with_gradient_norms(capsys):
     ops = [row[0] for row in trace.rows]
     assert ops == ["Sum", "Mul", "Softmax", "MatMul"]
     matmul = trace.rows[-1]
-    assert matmul[3][0] == pytest.approx(np.linalg.norm(x.grad.data))
+    assert matmul[3][0] == pytest.approx(np.linalg.norm(x.grad.numpy()))
     assert "Softmax" in capsys.readouterr().out
 
 

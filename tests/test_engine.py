@@ -10,11 +10,11 @@ def test_leaf_gradient_accumulates_over_backward_calls():
     x = ta.Tensor([1.0, 2.0], requires_grad=True)
     (x * 3.0).sum().backward()
     (x * x).sum().backward()
-    np.testing.assert_allclose(x.grad.data, [3 + 2, 3 + 4])
+    np.testing.assert_allclose(x.grad.numpy(), [3 + 2, 3 + 4])
 
 
 def test_shared_subexpression_sums_both_paths():
-    x = ta.Tensor(2.0, requires_grad=True)
+    x = ta.tensor(2.0, requires_grad=True)
     y = x * x  # used twice below
     z = y * 3.0 + y.exp()
     z.backward()
@@ -47,22 +47,22 @@ def test_detach_cuts_the_graph():
     x = ta.Tensor([3.0], requires_grad=True)
     y = x * x.detach()  # d/dx = x.detach() only
     y.backward()
-    np.testing.assert_allclose(x.grad.data, [3.0])
+    np.testing.assert_allclose(x.grad.numpy(), [3.0])
 
 
 def test_retain_graph_and_second_backward_error():
     x = ta.Tensor([1.0, 2.0], requires_grad=True)
     loss = (x.exp() * x).sum()
     loss.backward(retain_graph=True)
-    first = x.grad.data.copy()
+    first = x.grad.numpy().copy()
     loss.backward()
-    np.testing.assert_allclose(x.grad.data, 2 * first)
+    np.testing.assert_allclose(x.grad.numpy(), 2 * first)
     with pytest.raises(RuntimeError, match="second time.*retain_graph=True"):
         loss.backward()
 
 
 def test_chain_of_20000_ops_has_no_recursion_limit():
-    x = ta.Tensor(1.0, requires_grad=True)
+    x = ta.tensor(1.0, requires_grad=True)
     y = x
     for _ in range(20_000):
         y = y + 1.0
@@ -79,23 +79,26 @@ def test_backward_errors():
     with pytest.raises(ValueError, match=r"grad has shape \(3,\)"):
         (x * 2).backward(np.ones(3))
     (x * 2).backward(np.array([1.0, 10.0]))
-    np.testing.assert_allclose(x.grad.data, [2.0, 20.0])
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 20.0])
 
 
 def test_construction_and_dtypes():
-    assert ta.Tensor(1.5).dtype == np.float32
+    assert ta.tensor(1.5).dtype == np.float32
     assert ta.Tensor([[1.0, 2.0]]).dtype == np.float32
     assert ta.Tensor(np.zeros(2, np.float64)).dtype == np.float64
-    assert ta.Tensor([1, 2]).dtype.kind == "i"
+    assert ta.Tensor([1, 2]).dtype == np.float32 and ta.tensor([1, 2]).dtype == np.int64  # as torch.Tensor / tensor
+    assert ta.Tensor(2, 3).shape == (2, 3) and ta.Tensor(2, 3).dtype == np.float32  # sizes, as torch.Tensor(2, 3)
     assert ta.Tensor(np.array([True])).dtype == np.bool_
     assert ta.Tensor([1.0], dtype=np.float64).dtype == np.float64
+    with pytest.raises(TypeError, match="for a 0-d tensor use ta.tensor"):
+        ta.Tensor(1.5)
     with pytest.raises(TypeError, match="only floating-point tensors can require grad.*int"):
-        ta.Tensor([1, 2], requires_grad=True)
+        ta.tensor([1, 2], requires_grad=True)
     with pytest.raises(TypeError, match="unsupported dtype"):
         ta.Tensor(["a"])
 
 
-def test_type_promotion_follows_numpy_and_grads_keep_dtype():
+def test_type_promotion_and_grads_keep_dtype():
     a = ta.Tensor(np.ones(2, np.float32), requires_grad=True)
     b = ta.Tensor(np.ones(2, np.float64), requires_grad=True)
     c = a * b
@@ -109,10 +112,11 @@ def test_attributes_and_conversions():
     x = ta.Tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
     assert x.shape == (2, 3) and x.ndim == 2 and x.size() == (2, 3) and x.size(-1) == 3
     assert x.numel() == 6 and len(x) == 2
-    assert np.asarray(x) is x.data and x.numpy() is x.data
-    assert ta.Tensor(4.0).item() == 4.0
-    assert "requires_grad=True" in repr(x) and "grad_fn=Mul" in repr(x * 2)
-    np.testing.assert_array_equal(np.add(np.ones((2, 3)), x).data, 1 + x.data)  # ndarray + Tensor
+    assert np.asarray(x) is x.numpy() and x.numpy() is x.numpy()
+    assert ta.tensor(4.0).item() == 4.0
+    assert "requires_grad=True" in repr(x) and "grad_fn=<MulBackward>" in repr(x * 2)
+    assert isinstance(np.ones((2, 3)) + x, ta.Tensor)  # ndarray + Tensor calls Tensor.__radd__
+    np.testing.assert_array_equal((np.ones((2, 3)) + x).numpy(), 1 + x.numpy())
     with pytest.raises(ValueError, match="one element"):
         x.item()
 
@@ -149,5 +153,5 @@ def test_custom_function_uses_the_same_pattern():
 
     x = ta.Tensor(np.array([1.0, -2.0]), requires_grad=True)
     Cube.apply(x).sum().backward()
-    np.testing.assert_allclose(x.grad.data, [3.0, 12.0])
+    np.testing.assert_allclose(x.grad.numpy(), [3.0, 12.0])
     assert ta.gradcheck(lambda t: Cube.apply(t), [ta.Tensor(np.array([0.3, -1.2]), requires_grad=True)])

@@ -28,8 +28,8 @@ def test_softmax_any_dim_with_mask(log, data, shape):
     keep = None if mask is None else np.moveaxis(mask, dim, -1)
     expected = np.moveaxis(softmax_reference(np.moveaxis(x, dim, -1), keep, log), -1, dim)
     out = fn(T(x, False), dim, mask=mask)
-    np.testing.assert_allclose(out.data, expected, rtol=1e-10, atol=1e-12)
-    assert not np.isnan(out.data).any()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-10, atol=1e-12)
+    assert not np.isnan(out.numpy()).any()
     assert ta.gradcheck(lambda t: fn(t, dim, mask=mask), [T(x)])
 
 
@@ -37,13 +37,13 @@ def test_softmax_fully_masked_row_is_zero_with_zero_gradient():
     x = T(np.random.default_rng(0).normal(size=(2, 4)))
     mask = np.array([[True, False, True, False], [False] * 4])
     p = F.softmax(x, -1, mask=mask)
-    np.testing.assert_allclose(p.data.sum(-1), [1.0, 0.0])
-    assert p.data[0, 1] == 0 and p.data[0, 3] == 0
+    np.testing.assert_allclose(p.numpy().sum(-1), [1.0, 0.0])
+    assert p.numpy()[0, 1] == 0 and p.numpy()[0, 3] == 0
     (p * ta.Tensor(np.arange(8.0).reshape(2, 4))).sum().backward()
-    np.testing.assert_array_equal(x.grad.data[1], 0)
-    np.testing.assert_array_equal(x.grad.data[0, [1, 3]], 0)
-    lp = F.log_softmax(ta.Tensor(x.data), -1, mask=mask)
-    assert np.isneginf(lp.data[0, 1]) and np.all(lp.data[1] == 0)
+    np.testing.assert_array_equal(x.grad.numpy()[1], 0)
+    np.testing.assert_array_equal(x.grad.numpy()[0, [1, 3]], 0)
+    lp = F.log_softmax(ta.Tensor(x.numpy()), -1, mask=mask)
+    assert np.isneginf(lp.numpy()[0, 1]) and np.all(lp.numpy()[1] == 0)
 
 
 @given(data=st.data(), lead=shapes(0, 2), n=st.integers(1, 5), affine=st.booleans())
@@ -59,14 +59,14 @@ def test_layer_norm(data, lead, n, affine):
     else:
         out = F.layer_norm(T(x), (n,))
         assert ta.gradcheck(lambda x_: F.layer_norm(x_, (n,)), [T(x)])
-    np.testing.assert_allclose(out.data, expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-10, atol=1e-12)
 
 
 def test_layer_norm_over_two_trailing_dims_and_bad_shape():
     x = np.random.default_rng(1).normal(size=(2, 3, 4))
     out = F.layer_norm(T(x, False), (3, 4))
     flat = x.reshape(2, 12)
-    np.testing.assert_allclose(out.data.reshape(2, 12), (flat - flat.mean(1, keepdims=True))
+    np.testing.assert_allclose(out.numpy().reshape(2, 12), (flat - flat.mean(1, keepdims=True))
                                / np.sqrt(flat.var(1, keepdims=True) + 1e-5))
     with pytest.raises(ValueError, match=r"normalized_shape \(5,\).*\(2, 3, 4\)"):
         F.layer_norm(T(x), 5)
@@ -76,21 +76,21 @@ def test_layer_norm_over_two_trailing_dims_and_bad_shape():
 def test_gelu_and_relu(data, shape):
     x = data.draw(arrays(shape, -3, 3))
     erf = np.vectorize(math.erf, otypes=[float])
-    np.testing.assert_allclose(F.gelu(T(x)).data, x * 0.5 * (1 + erf(x / math.sqrt(2))), rtol=1e-12)
+    np.testing.assert_allclose(F.gelu(T(x)).numpy(), x * 0.5 * (1 + erf(x / math.sqrt(2))), rtol=1e-12)
     assert ta.gradcheck(F.gelu, [T(x)])
-    np.testing.assert_array_equal(F.relu(T(x)).data, np.maximum(x, 0))
+    np.testing.assert_array_equal(F.relu(T(x)).numpy(), np.maximum(x, 0))
 
 
 def test_dropout_scales_kept_entries_and_is_identity_in_eval():
     x = T(np.ones((200, 50)))
     ta.manual_seed(3)
     y = F.dropout(x, 0.25)
-    kept = y.data != 0
+    kept = y.numpy() != 0
     assert 0.7 < kept.mean() < 0.8
-    np.testing.assert_allclose(y.data[kept], 1 / 0.75)
+    np.testing.assert_allclose(y.numpy()[kept], 1 / 0.75)
     assert F.dropout(x, 0.25, training=False) is x
     ta.manual_seed(3)
-    np.testing.assert_array_equal(F.dropout(x, 0.25).data, y.data)
+    np.testing.assert_array_equal(F.dropout(x, 0.25).numpy(), y.numpy())
 
     def reseeded(t):
         ta.manual_seed(5)
@@ -113,7 +113,7 @@ def test_cross_entropy(reduction, data, lead, classes):
     per = np.where(ignore, 0, -np.take_along_axis(log_p, np.where(ignore, 0, target)[..., None], -1)[..., 0])
     expected = {"none": per, "sum": per.sum(), "mean": per.sum() / max((~ignore).sum(), 1)}[reduction]
     out = F.cross_entropy(T(logits), target, reduction=reduction)
-    np.testing.assert_allclose(out.data, expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-10, atol=1e-12)
     assert ta.gradcheck(lambda x: F.cross_entropy(x, target, reduction=reduction), [T(logits)])
 
 
@@ -155,8 +155,8 @@ def test_scaled_dot_product_attention(path, data, lead, tq, tk, d, causal, kind)
 
     with ta.sdpa_kernel("math" if path == "weights" else path):
         out = attend(T(q, False), T(k, False), T(v, False))
-        np.testing.assert_allclose(out.data, expected, rtol=1e-10, atol=1e-12)
-        assert not np.isnan(out.data).any()
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-10, atol=1e-12)
+        assert not np.isnan(out.numpy()).any()
         assert ta.gradcheck(attend, [T(q), T(k), T(v)])
 
 
@@ -164,9 +164,9 @@ def test_attention_weights_rows_sum_to_one_and_causal_never_looks_ahead():
     rng = np.random.default_rng(0)
     q, k, v = (T(rng.normal(size=(2, 3, 6, 4))) for _ in range(3))
     out, w = F.scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=True)
-    np.testing.assert_allclose(w.data.sum(-1), 1.0)
-    assert np.all(np.triu(w.data, 1) == 0)
-    np.testing.assert_allclose(out.data, F.scaled_dot_product_attention(q, k, v, is_causal=True).data)
+    np.testing.assert_allclose(w.numpy().sum(-1), 1.0)
+    assert np.all(np.triu(w.numpy(), 1) == 0)
+    np.testing.assert_allclose(out.numpy(), F.scaled_dot_product_attention(q, k, v, is_causal=True).numpy())
 
 
 def test_fully_masked_attention_row_gives_zeros_and_zero_gradient_on_both_paths(sdpa_path):
@@ -179,9 +179,9 @@ def test_fully_masked_attention_row_gives_zeros_and_zero_gradient_on_both_paths(
         out = F.scaled_dot_product_attention(qt, kt, vt, mask=mask, return_weights=weights)
         out = out[0] if weights else out
         out.sum().backward()
-        np.testing.assert_array_equal(out.data[..., 1, :], 0)
-        np.testing.assert_array_equal(qt.grad.data[..., 1, :], 0)
-        assert all(np.isfinite(t.grad.data).all() for t in (qt, kt, vt))
+        np.testing.assert_array_equal(out.numpy()[..., 1, :], 0)
+        np.testing.assert_array_equal(qt.grad.numpy()[..., 1, :], 0)
+        assert all(np.isfinite(t.grad.numpy()).all() for t in (qt, kt, vt))
 
 
 def test_sdpa_mask_errors():
@@ -195,10 +195,10 @@ def test_sdpa_mask_errors():
 
 
 def test_mask_helpers():
-    np.testing.assert_array_equal(ta.causal_mask(3).data, np.tril(np.ones((3, 3), dtype=bool)))
-    np.testing.assert_array_equal(ta.causal_mask(2, 4).data, [[1, 0, 0, 0], [1, 1, 0, 0]])
+    np.testing.assert_array_equal(ta.causal_mask(3).numpy(), np.tril(np.ones((3, 3), dtype=bool)))
+    np.testing.assert_array_equal(ta.causal_mask(2, 4).numpy(), [[1, 0, 0, 0], [1, 1, 0, 0]])
     pm = ta.padding_mask([2, 3], 4)
     assert pm.shape == (2, 1, 1, 4)
-    np.testing.assert_array_equal(pm.data[:, 0, 0], [[1, 1, 0, 0], [1, 1, 1, 0]])
+    np.testing.assert_array_equal(pm.numpy()[:, 0, 0], [[1, 1, 0, 0], [1, 1, 1, 0]])
     with pytest.raises(ValueError, match="lengths"):
         ta.padding_mask([5], 4)

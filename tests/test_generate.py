@@ -15,7 +15,7 @@ def small_lm(max_len=12, seed=0):
 
 def greedy_without_cache(model, tokens, n):
     for _ in range(n):
-        logits = model(tokens[:, -model.config["max_len"]:]).data[:, -1]
+        logits = model(tokens[:, -model.config["max_len"]:]).numpy()[:, -1]
         tokens = np.concatenate([tokens, logits.argmax(-1)[:, None]], axis=1)
     return tokens
 
@@ -23,9 +23,9 @@ def greedy_without_cache(model, tokens, n):
 def test_cached_logits_equal_full_forward_logits(sdpa_path):
     model = small_lm()
     tokens = np.random.default_rng(0).integers(0, 11, (2, 9))
-    full = model(tokens).data
+    full = model(tokens).numpy()
     cache = nn.KVCache()
-    pieces = [model(tokens[:, :4], kv_cache=cache).data] + [model(tokens[:, i:i + 1], kv_cache=cache).data
+    pieces = [model(tokens[:, :4], kv_cache=cache).numpy()] + [model(tokens[:, i:i + 1], kv_cache=cache).numpy()
                                                              for i in range(4, 9)]
     np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, rtol=1e-10, atol=1e-12)
     assert cache.length == 9
@@ -80,7 +80,7 @@ def test_seq2seq_generation_runs_the_encoder_once_and_matches_full_decoding():
     memory = encode(src, lengths)
     tokens = np.ones((2, 1), np.int64)
     for _ in range(6):
-        logits = model.decode(tokens, memory, lengths).data[:, -1]
+        logits = model.decode(tokens, memory, lengths).numpy()[:, -1]
         tokens = np.concatenate([tokens, logits.argmax(-1)[:, None]], axis=1)
     np.testing.assert_array_equal(got, tokens)
     stopped = model.translate(src, 6, bos=1, eos=int(tokens[0, 2]), src_lengths=lengths, top_k=1)

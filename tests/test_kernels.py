@@ -261,8 +261,8 @@ def test_flash_attention_matches_dense_reference(small_blocks, dtype, kind, tq, 
     expected = flash.attention_reference(q, k, v, 0.5, causal, bias)
     out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), mask=mask,
                                          is_causal=causal, scale=0.5)
-    assert out.dtype == dtype and not np.isnan(out.data).any()
-    np.testing.assert_allclose(out.data, expected, **tol(dtype))
+    assert out.dtype == dtype and not np.isnan(out.numpy()).any()
+    np.testing.assert_allclose(out.numpy(), expected, **tol(dtype))
 
 
 @pytest.mark.parametrize("kind", ["none", "bool", "float"])
@@ -299,7 +299,7 @@ def test_one_tile_path_matches_reference_and_gradchecks(one_tile_calls, kind, tq
         tk = tq
         qkv = ta.Tensor(rng.normal(size=(2, tq, 3, 3, d)), requires_grad=True)  # (B, T, 3, H, d)
         split = lambda a: [np.swapaxes(a[:, :, i], 1, 2) for i in range(3)]  # noqa: E731
-        q, k, v = split(qkv.data)
+        q, k, v = split(qkv.numpy())
         inputs = [qkv]
         attend = lambda x: F.packed_self_attention(x, mask=mask, is_causal=causal)  # noqa: E731
     else:
@@ -308,7 +308,7 @@ def test_one_tile_path_matches_reference_and_gradchecks(one_tile_calls, kind, tq
         attend = lambda *x: F.scaled_dot_product_attention(*x, mask=mask, is_causal=causal)  # noqa: E731
     mask = _random_mask(rng, kind, (2, 3), tq, tk, np.float64)
     bias = None if mask is None else np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask
-    out = attend(*inputs).data
+    out = attend(*inputs).numpy()
     expected = flash.attention_reference(q, k, v, 1 / math.sqrt(d), causal, bias)
     np.testing.assert_allclose(out.swapaxes(1, 2) if packed else out, expected, **tol(np.float64))
     assert ta.gradcheck(attend, inputs)
@@ -323,7 +323,7 @@ def test_one_tile_path_carries_a_nan_to_the_rows_that_see_it(one_tile_calls, dty
     q, k, v = (rng.normal(size=(1, 2, tq, 4)).astype(dtype) for _ in range(3))
     q[0, 0, tq - 1, 1] = np.nan
     k[0, 1, 3, 2] = np.nan
-    out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), is_causal=True).data
+    out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), is_causal=True).numpy()
     rows_nan = np.isnan(out).any(axis=-1)
     np.testing.assert_array_equal(rows_nan[0, 0], np.arange(tq) == tq - 1)
     np.testing.assert_array_equal(rows_nan[0, 1], np.arange(tq) >= 3)
@@ -339,7 +339,7 @@ def test_flash_and_weights_paths_agree_on_gradients_in_float32(small_blocks, t, 
         q, k, v = (ta.Tensor(a, requires_grad=True) for a in arrays)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=weights)
         (out[0] if weights else out).sum().backward()
-        grads.append([x.grad.data for x in (q, k, v)])
+        grads.append([x.grad.numpy() for x in (q, k, v)])
     for flash_grad, dense_grad in zip(*grads):
         np.testing.assert_allclose(flash_grad, dense_grad, rtol=1e-4, atol=1e-5)
 
@@ -355,19 +355,19 @@ def test_flash_attention_on_head_split_views(small_blocks, b, t, heads, causal, 
     split = [a.reshape(b, t, heads, 2).transpose(1, 2) for a in (q, k, v)]  # (B, H, T, 2), not contiguous
     padding = rng.random((b, 1, 1, t)) > 0.2
     out = F.scaled_dot_product_attention(*split, mask=padding, is_causal=causal)
-    dense = [np.ascontiguousarray(a.data) for a in split]
+    dense = [np.ascontiguousarray(a.numpy()) for a in split]
     bias = np.where(padding, 0.0, -np.inf)
-    np.testing.assert_allclose(out.data, flash.attention_reference(*dense, 2**-0.5, causal, bias),
+    np.testing.assert_allclose(out.numpy(), flash.attention_reference(*dense, 2**-0.5, causal, bias),
                                rtol=1e-12, atol=1e-12)
     merged = out.transpose(1, 2)
-    assert merged.data.flags.c_contiguous or heads == 1 or t == 1
+    assert merged.numpy().flags.c_contiguous or heads == 1 or t == 1
     merged.reshape(b, t, heads * 2).sum().backward()
     reference = [ta.Tensor(a, requires_grad=True) for a in x]
     split_ref = [a.reshape(b, t, heads, 2).transpose(1, 2) for a in reference]
     out_ref, _ = F.scaled_dot_product_attention(*split_ref, mask=padding, is_causal=causal, return_weights=True)
     out_ref.sum().backward()
     for got, want in zip((q, k, v), reference):
-        np.testing.assert_allclose(got.grad.data, want.grad.data, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("lead", [(), (5,), (2, 2, 3)])
@@ -377,7 +377,7 @@ def test_flash_attention_any_number_of_leading_dims(small_blocks, lead):
     mask = rng.random(lead[:1] + (1,) * max(len(lead) - 1, 0) + (6, 6)) > 0.3 if lead else None
     bias = None if mask is None else np.where(mask, 0.0, -np.inf)
     out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), mask=mask, is_causal=True)
-    np.testing.assert_allclose(out.data, flash.attention_reference(q, k, v, 3**-0.5, True, bias),
+    np.testing.assert_allclose(out.numpy(), flash.attention_reference(q, k, v, 3**-0.5, True, bias),
                                rtol=1e-12, atol=1e-12)
 
 
@@ -473,7 +473,7 @@ def test_flash_attention_carries_a_nan_to_the_rows_that_see_it(small_blocks, dty
     r, c = tq - 1, tq // 2
     q[0, 0, r, 1] = np.nan
     k[0, 1, c, 2] = np.nan
-    out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), is_causal=True).data
+    out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), is_causal=True).numpy()
     rows_nan = np.isnan(out).any(axis=-1)  # (1, 2, tq)
     np.testing.assert_array_equal(rows_nan[0, 0], np.arange(tq) == r)
     np.testing.assert_array_equal(rows_nan[0, 1], np.arange(tq) >= c)
@@ -497,11 +497,11 @@ def test_packed_self_attention_is_attention_on_the_split_heads(small_blocks, lea
     split = ta.Tensor(data, requires_grad=True)
     q, k, v = (split[..., i, :, :].transpose(-3, -2) for i in range(3))  # (..., H, T, d)
     expected = F.scaled_dot_product_attention(q, k, v, mask=mask, is_causal=causal).transpose(-3, -2)
-    np.testing.assert_allclose(out.data, expected.data, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-12, atol=1e-12)
     grad = rng.normal(size=out.shape)
     out.backward(grad)
     expected.backward(grad)
-    np.testing.assert_allclose(qkv.grad.data, split.grad.data, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(qkv.grad.numpy(), split.grad.numpy(), rtol=1e-10, atol=1e-12)
     assert ta.gradcheck(lambda x: F.packed_self_attention(x, mask=mask, is_causal=causal), [qkv])
 
 
@@ -598,7 +598,7 @@ def test_flash_attention_keeps_memory_per_tile():
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 2048 * 2048 * 8 / 4, f"peak {peak / 2**20:.1f} MiB"
-    assert math.isfinite(float(q.grad.data.sum()))
+    assert math.isfinite(float(q.grad.numpy().sum()))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

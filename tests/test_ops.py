@@ -36,7 +36,7 @@ def test_unary(name, data, shape, transposed):
         x = x * data.draw(st.sampled_from([1.0, -1.0]))  # away from the kink at 0
     if transposed:
         x = x.T  # a view: strides reversed, not contiguous when two dims exceed 1
-    np.testing.assert_allclose(op(ta.Tensor(x)).data, reference(x), rtol=1e-6)
+    np.testing.assert_allclose(op(ta.Tensor(x)).numpy(), reference(x), rtol=1e-6)
     assert ta.gradcheck(op, [ta.Tensor(x, requires_grad=True)])
 
 
@@ -47,7 +47,7 @@ def test_cast_is_differentiable_and_grad_keeps_input_dtype(data, shape):
     assert y.dtype == np.float32
     (y * 3.0).sum().backward()
     assert x.grad.dtype == np.float64
-    np.testing.assert_allclose(x.grad.data, 3.0)
+    np.testing.assert_allclose(x.grad.numpy(), 3.0)
     # eps large enough that float32 rounding (~1e-7) is negligible against it
     assert ta.gradcheck(lambda t: t.float().double() * 2.0, [x], eps=1e-2, atol=1e-4)
 
@@ -68,7 +68,7 @@ def test_binary_broadcasting(name, data, pair):
     b = data.draw(arrays(pair.input_shapes[1], 0.5, 2.0))  # away from 0 for div
     out = op(ta.Tensor(a), ta.Tensor(b))
     assert out.shape == pair.result_shape
-    np.testing.assert_allclose(out.data, reference(a, b))
+    np.testing.assert_allclose(out.numpy(), reference(a, b))
     assert ta.gradcheck(op, [ta.Tensor(a, requires_grad=True), ta.Tensor(b, requires_grad=True)])
 
 
@@ -79,11 +79,11 @@ def test_matmul(data, n, k, m, batch, kind):
     shape_a = (k,) if kind in ("vec_left", "vec_both") else batch.input_shapes[0] + (n, k)
     shape_b = (k,) if kind in ("vec_right", "vec_both") else batch.input_shapes[1] + (k, m)
     a, b = data.draw(arrays(shape_a)), data.draw(arrays(shape_b))
-    np.testing.assert_allclose((ta.Tensor(a) @ ta.Tensor(b)).data, a @ b)
+    np.testing.assert_allclose((ta.Tensor(a) @ ta.Tensor(b)).numpy(), a @ b)
     assert ta.gradcheck(lambda x, y: x @ y, [ta.Tensor(a, requires_grad=True), ta.Tensor(b, requires_grad=True)])
 
 
-REDUCTIONS = {"sum": np.sum, "mean": np.mean, "max": np.max}
+REDUCTIONS = {"sum": np.sum, "mean": np.mean, "amax": np.max, "amin": np.min}
 
 
 @pytest.mark.parametrize("name", sorted(REDUCTIONS))
@@ -94,21 +94,26 @@ def test_reductions(name, data, shape, keepdim):
                                st.sets(st.integers(0, len(shape) - 1), min_size=1).map(tuple)))
     op = lambda t: getattr(t, name)(dims, keepdim)  # noqa: E731
     reduced = range(len(shape)) if dims is None else [dims] if isinstance(dims, int) else dims
-    if name == "max" and any(shape[d] == 0 for d in reduced):  # no max of nothing, as in numpy and PyTorch
+    if name in ("amax", "amin") and any(shape[d] == 0 for d in reduced):  # no max of nothing, as in numpy and PyTorch
         with pytest.raises(ValueError, match="is empty along dim"):
             op(ta.Tensor(x))
         return
     with warnings.catch_warnings(), np.errstate(invalid="ignore"):  # numpy warns at a mean of nothing: NaN, as ours
         warnings.simplefilter("ignore", RuntimeWarning)
         expected = REDUCTIONS[name](x, axis=dims, keepdims=keepdim)
-    np.testing.assert_allclose(op(ta.Tensor(x)).data, expected)
+    np.testing.assert_allclose(op(ta.Tensor(x)).numpy(), expected)
     assert ta.gradcheck(op, [ta.Tensor(x, requires_grad=True)])
 
 
-def test_max_splits_gradient_evenly_among_ties():
+def test_amax_splits_gradient_evenly_among_ties_and_max_dim_picks_one():
     x = ta.Tensor(np.array([[1.0, 3.0, 3.0], [2.0, 0.0, 2.0]]), requires_grad=True)
-    x.max(dim=1).sum().backward()
-    np.testing.assert_array_equal(x.grad.data, [[0, 0.5, 0.5], [0.5, 0, 0.5]])
+    x.amax(dim=1).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [[0, 0.5, 0.5], [0.5, 0, 0.5]])
+    x.grad = None
+    values, indices = x.max(dim=1)  # PyTorch's (values, indices): the gradient goes to the index returned
+    values.sum().backward()
+    np.testing.assert_array_equal(indices.numpy(), [1, 0])
+    np.testing.assert_array_equal(x.grad.numpy(), [[0, 1, 0], [1, 0, 0]])
 
 
 @given(data=st.data(), shape=shapes(1, 4))
@@ -130,13 +135,13 @@ def test_shape_ops(data, shape):
         (lambda t: t.squeeze(0), np.squeeze(x, 0) if shape[0] == 1 else x),
     ]
     for op, expected in cases:
-        np.testing.assert_array_equal(op(ta.Tensor(x)).data, expected)
+        np.testing.assert_array_equal(op(ta.Tensor(x)).numpy(), expected)
         assert ta.gradcheck(op, [ta.Tensor(x, requires_grad=True)])
 
 
 def test_T_is_2d_transpose():
     x = np.arange(6.0).reshape(2, 3)
-    np.testing.assert_array_equal(ta.Tensor(x).T.data, x.T)
+    np.testing.assert_array_equal(ta.Tensor(x).T.numpy(), x.T)
     with pytest.raises(ValueError, match=r"\.T"):
         _ = ta.Tensor(np.zeros((2, 2, 2))).T
 
@@ -151,14 +156,14 @@ INDEXES = [
 @given(data=st.data())
 def test_getitem(index, data):
     x = data.draw(arrays((3, 3)))
-    np.testing.assert_array_equal(ta.Tensor(x)[index].data, x[index])
+    np.testing.assert_array_equal(ta.Tensor(x)[index].numpy(), x[index])
     assert ta.gradcheck(lambda t: t[index], [ta.Tensor(x, requires_grad=True)])
 
 
 def test_getitem_accumulates_repeated_indices():
     x = ta.Tensor(np.zeros(3), requires_grad=True)
     x[np.array([0, 0, 2, 0])].sum().backward()
-    np.testing.assert_array_equal(x.grad.data, [3.0, 0.0, 1.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 0.0, 1.0])
 
 
 @given(data=st.data(), shape=shapes(1, 3), n=st.integers(1, 3))
@@ -166,8 +171,8 @@ def test_cat_and_stack(data, shape, n):
     dim = data.draw(st.integers(-len(shape), len(shape) - 1))
     parts = [data.draw(arrays(shape)) for _ in range(n)]
     tensors = [ta.Tensor(p, requires_grad=True) for p in parts]
-    np.testing.assert_array_equal(ta.cat(tensors, dim).data, np.concatenate(parts, dim))
-    np.testing.assert_array_equal(ta.stack(tensors, dim).data, np.stack(parts, dim))
+    np.testing.assert_array_equal(ta.cat(tensors, dim).numpy(), np.concatenate(parts, dim))
+    np.testing.assert_array_equal(ta.stack(tensors, dim).numpy(), np.stack(parts, dim))
     assert ta.gradcheck(lambda *ts: ta.cat(list(ts), dim), tensors)
     assert ta.gradcheck(lambda *ts: ta.stack(list(ts), dim), tensors)
 
@@ -177,13 +182,13 @@ def test_where_and_masked_fill(data, shapes3):
     s_cond, s_a, s_b = shapes3.input_shapes
     cond = data.draw(arrays(s_cond)) > 0
     a, b = data.draw(arrays(s_a)), data.draw(arrays(s_b))
-    np.testing.assert_array_equal(ta.where(cond, ta.Tensor(a), ta.Tensor(b)).data, np.where(cond, a, b))
+    np.testing.assert_array_equal(ta.where(cond, ta.Tensor(a), ta.Tensor(b)).numpy(), np.where(cond, a, b))
     assert ta.gradcheck(lambda x, y: ta.where(cond, x, y),
                         [ta.Tensor(a, requires_grad=True), ta.Tensor(b, requires_grad=True)])
     full = np.broadcast_shapes(s_cond, s_a)
     big = data.draw(arrays(full))
     mask = np.broadcast_to(cond, full)
-    np.testing.assert_array_equal(ta.Tensor(big).masked_fill(mask, -7.0).data, np.where(mask, -7.0, big))
+    np.testing.assert_array_equal(ta.Tensor(big).masked_fill(mask, -7.0).numpy(), np.where(mask, -7.0, big))
     assert ta.gradcheck(lambda t: t.masked_fill(mask, -7.0), [ta.Tensor(big, requires_grad=True)])
 
 
@@ -192,4 +197,4 @@ def test_comparisons_are_bool_without_history():
     for result, expected in [(x < 2, [1, 0, 0]), (x <= 2, [1, 1, 0]), (x > 2, [0, 0, 1]),
                              (x >= 2, [0, 1, 1]), (x == 2, [0, 1, 0]), (x != 2, [1, 0, 1])]:
         assert result.dtype == np.bool_ and not result.requires_grad
-        np.testing.assert_array_equal(result.data, np.array(expected, dtype=bool))
+        np.testing.assert_array_equal(result.numpy(), np.array(expected, dtype=bool))

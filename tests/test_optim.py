@@ -17,7 +17,7 @@ def run(opt_cls, grads, **kw):
     for g in grads:
         p.grad = ta.Tensor(np.array(g))
         opt.step()
-        history.append(p.data.copy())
+        history.append(p.numpy().copy())
     return history
 
 
@@ -59,13 +59,13 @@ def test_optimizer_state_round_trip():
     p.grad = ta.Tensor(np.array([0.3, -0.3]))
     opt.step()
     state = opt.state_dict()
-    q = ta.Tensor(p.data.copy(), requires_grad=True)
+    q = ta.Tensor(p.numpy().copy(), requires_grad=True)
     other = optim.Adam([q], lr=0.5)
     other.load_state_dict(state)
     for opt_, t in ((opt, p), (other, q)):
         t.grad = ta.Tensor(np.array([0.1, 0.2]))
         opt_.step()
-    np.testing.assert_array_equal(p.data, q.data)
+    np.testing.assert_array_equal(p.numpy(), q.numpy())
 
 
 @pytest.mark.parametrize("key, value, error", [
@@ -94,7 +94,7 @@ def test_clip_grad_norm():
     a, b = ta.Tensor(np.zeros(2), requires_grad=True), ta.Tensor(np.zeros(1), requires_grad=True)
     a.grad, b.grad = ta.Tensor(np.array([3.0, 0.0])), ta.Tensor(np.array([4.0]))
     assert optim.clip_grad_norm_([a, b], 1.0) == pytest.approx(5.0)
-    np.testing.assert_allclose(np.concatenate([a.grad.data, b.grad.data]), [0.6, 0, 0.8], rtol=1e-5)
+    np.testing.assert_allclose(np.concatenate([a.grad.numpy(), b.grad.numpy()]), [0.6, 0, 0.8], rtol=1e-5)
     assert optim.clip_grad_norm_([a, b], 10.0) == pytest.approx(1.0, rel=1e-5)  # under the limit: untouched
 
 

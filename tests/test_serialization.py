@@ -20,7 +20,7 @@ def test_round_trip_of_nested_dict_and_model(tmp_path):
     other = nn.MultiHeadAttention(8, 2)
     other.load_state_dict({k[len("model."):]: v for k, v in loaded.items() if k.startswith("model.")})
     for (name, p), q in zip(model.named_parameters(), other.parameters()):
-        np.testing.assert_array_equal(p.data, q.data, err_msg=name)
+        np.testing.assert_array_equal(p.numpy(), q.numpy(), err_msg=name)
     assert os.listdir(tmp_path) == ["ckpt.npz"]  # no temporary left behind
 
 

@@ -16,20 +16,20 @@ def T(a, grad=True):
 
 def test_factories_are_float32_and_seeded():
     assert ta.zeros(2, 3).dtype == np.float32 and ta.zeros((2, 3)).shape == (2, 3)
-    assert ta.ones(4).data.sum() == 4 and ta.full((2, 2), 7.0).data.tolist() == [[7, 7], [7, 7]]
+    assert ta.ones(4).numpy().sum() == 4 and ta.full((2, 2), 7.0).numpy().tolist() == [[7, 7], [7, 7]]
     assert ta.arange(5).dtype == np.int64 and ta.arange(0, 1, 0.25).dtype == np.float32
-    np.testing.assert_array_equal(ta.arange(2, 8, 2).data, [2, 4, 6])
+    np.testing.assert_array_equal(ta.arange(2, 8, 2).numpy(), [2, 4, 6])
     assert ta.tensor([1, 2]).dtype == np.int64 and ta.tensor([1.0, 2.0]).dtype == np.float32
     t = ta.tensor([[1.0, 2.0]], requires_grad=True)
     assert t.requires_grad and ta.zeros_like(t).shape == (1, 2) and ta.ones_like(t).dtype == np.float32
     source = np.ones(3, np.float32)
-    ta.tensor(source).data[0] = 5
+    ta.tensor(source).numpy()[0] = 5
     assert source[0] == 1  # tensor() copies, Tensor() shares
     ta.manual_seed(3)
-    a = ta.randn(2, 3).data
+    a = ta.randn(2, 3).numpy()
     ta.manual_seed(3)
-    np.testing.assert_array_equal(a, ta.randn(2, 3).data)
-    assert ta.rand(100).data.min() >= 0 and ta.rand(100).data.max() < 1
+    np.testing.assert_array_equal(a, ta.randn(2, 3).numpy())
+    assert ta.rand(100).numpy().min() >= 0 and ta.rand(100).numpy().max() < 1
     with pytest.raises(ValueError, match="non-negative ints"):
         ta.zeros(2, -1)
 
@@ -38,10 +38,10 @@ def test_tril_triu_match_numpy_and_gradcheck():
     x = np.random.default_rng(0).normal(size=(2, 4, 5))
     for fn, ref in ((ta.tril, np.tril), (ta.triu, np.triu)):
         for k in (-1, 0, 2):
-            np.testing.assert_array_equal(fn(T(x, False), k).data, ref(x, k))
+            np.testing.assert_array_equal(fn(T(x, False), k).numpy(), ref(x, k))
             assert ta.gradcheck(lambda t, fn=fn, k=k: fn(t, k), [T(x)])
         for k in (-6, -4, 5, 7, -10**20, 10**20):  # at and beyond the matrix's edges (numpy overflows on huge k)
-            np.testing.assert_array_equal(fn(T(x, False), k).data, ref(x, max(min(k, 99), -99)))
+            np.testing.assert_array_equal(fn(T(x, False), k).numpy(), ref(x, max(min(k, 99), -99)))
 
 
 def test_size_dim_and_conversions():
@@ -60,15 +60,15 @@ def test_empty_dims_split_chunk_and_reduce_as_in_pytorch():
     x = ta.zeros(0, 3)
     assert [p.shape for p in x.split(2)] == [(0, 3)]  # one empty piece
     assert [p.shape for p in x.chunk(3)] == [(0, 3)] * 3  # `chunks` empty pieces
-    assert np.isnan(x.mean().item()) and np.isnan(x.mean(0).data).all() and x.mean(1).shape == (0,)
-    assert x.max(1).shape == (0,) and x.argmin(1).shape == (0,)  # the reduced dim has 3 entries: fine
+    assert np.isnan(x.mean().item()) and np.isnan(x.mean(0).numpy()).all() and x.mean(1).shape == (0,)
+    assert x.max(1).values.shape == (0,) and x.argmin(1).shape == (0,)  # the reduced dim has 3 entries: fine
     with pytest.raises(ValueError, match=r"max: the tensor of shape \(0, 3\) is empty along dim 0"):
         x.max(0)
     torch = pytest.importorskip("torch")  # the same as PyTorch, where it is installed
     t = torch.zeros(0, 3)
     assert [p.shape for p in x.split(2)] == [tuple(p.shape) for p in t.split(2)]
     assert [p.shape for p in x.chunk(3)] == [tuple(p.shape) for p in t.chunk(3)]
-    assert torch.isnan(t.mean()) and tuple(t.max(1).values.shape) == x.max(1).shape
+    assert torch.isnan(t.mean()) and tuple(t.max(1).values.shape) == x.max(1).values.shape
 
 
 @given(data=st.data(), shape=shapes(1, 3, 5))
@@ -77,11 +77,11 @@ def test_split_and_chunk_are_slices_and_carry_gradients(data, shape):
     dim = data.draw(st.integers(-len(shape), len(shape) - 1))
     size = data.draw(st.integers(1, 4))
     pieces = T(x, False).split(size, dim)
-    np.testing.assert_array_equal(np.concatenate([p.data for p in pieces], axis=dim), x)
+    np.testing.assert_array_equal(np.concatenate([p.numpy() for p in pieces], axis=dim), x)
     assert all(p.shape[dim] <= size for p in pieces)
     n = data.draw(st.integers(1, 4))
     chunks = T(x, False).chunk(n, dim)
-    assert len(chunks) <= n and np.concatenate([c.data for c in chunks], axis=dim).shape == x.shape
+    assert len(chunks) <= n and np.concatenate([c.numpy() for c in chunks], axis=dim).shape == x.shape
     assert ta.gradcheck(lambda t: ta.cat([p * (i + 1) for i, p in enumerate(t.split(size, dim))], dim), [T(x)])
 
 
@@ -103,18 +103,19 @@ def test_topk_argmax_min_abs_clamp(data, shape):
         values, indices = T(x, False).topk(k, dim, largest=largest)
         order = np.sort(x, axis=dim)
         want = np.flip(order, axis=dim) if largest else order
-        np.testing.assert_array_equal(values.data, np.take(want, range(k), axis=dim))
-        np.testing.assert_array_equal(np.take_along_axis(x, indices.data, dim), values.data)
+        np.testing.assert_array_equal(values.numpy(), np.take(want, range(k), axis=dim))
+        np.testing.assert_array_equal(np.take_along_axis(x, indices.numpy(), dim), values.numpy())
         assert indices.dtype == np.int64
         assert ta.gradcheck(lambda t, largest=largest: t.topk(k, dim, largest=largest)[0], [T(x)])
-    np.testing.assert_array_equal(T(x, False).argmax(dim).data, np.argmax(x, dim))
-    np.testing.assert_array_equal(T(x, False).argmin(dim, keepdim=True).data, np.argmin(x, dim, keepdims=True))
+    np.testing.assert_array_equal(T(x, False).argmax(dim).numpy(), np.argmax(x, dim))
+    np.testing.assert_array_equal(T(x, False).argmin(dim, keepdim=True).numpy(), np.argmin(x, dim, keepdims=True))
     assert T(x, False).argmax().item() == np.argmax(x)
-    np.testing.assert_array_equal(T(x, False).min(dim).data, x.min(dim))
-    np.testing.assert_array_equal(T(x, False).abs().data, np.abs(x))
-    np.testing.assert_array_equal(T(x, False).clamp(-0.5, 0.7).data, np.clip(x, -0.5, 0.7))
-    np.testing.assert_array_equal(T(x, False).clamp(min=0.1).data, np.maximum(x, 0.1))
-    assert ta.gradcheck(lambda t: t.abs() + t.clamp(-0.5, 0.7) + t.min(dim, keepdim=True), [T(x + 0.01)])
+    np.testing.assert_array_equal(T(x, False).min(dim).values.numpy(), x.min(dim))
+    np.testing.assert_array_equal(T(x, False).min(dim).indices.numpy(), np.argmin(x, dim))
+    np.testing.assert_array_equal(T(x, False).abs().numpy(), np.abs(x))
+    np.testing.assert_array_equal(T(x, False).clamp(-0.5, 0.7).numpy(), np.clip(x, -0.5, 0.7))
+    np.testing.assert_array_equal(T(x, False).clamp(min=0.1).numpy(), np.maximum(x, 0.1))
+    assert ta.gradcheck(lambda t: t.abs() + t.clamp(-0.5, 0.7) + t.min(dim, keepdim=True).values, [T(x + 0.01)])
 
 
 def test_expand_view_contiguous():
@@ -122,13 +123,13 @@ def test_expand_view_contiguous():
     e = x.expand(2, 3, 4)
     assert e.shape == (2, 3, 4) and x.expand(-1, 5).shape == (3, 5)
     e.sum().backward()
-    np.testing.assert_array_equal(x.grad.data, [[8.0], [8.0], [8.0]])
+    np.testing.assert_array_equal(x.grad.numpy(), [[8.0], [8.0], [8.0]])
     with pytest.raises(ValueError, match="cannot be expanded"):
         x.expand(2, 2)
     strided = T(np.arange(6.0).reshape(2, 3), False).transpose(0, 1)
     with pytest.raises(RuntimeError, match=r"contiguous\(\)"):
         strided.view(6)
-    np.testing.assert_array_equal(strided.contiguous().view(6).data, np.arange(6.0).reshape(2, 3).T.reshape(6))
+    np.testing.assert_array_equal(strided.contiguous().view(6).numpy(), np.arange(6.0).reshape(2, 3).T.reshape(6))
     with pytest.raises(TypeError, match="sizes must be ints"):
         strided.reshape(3, 2.5)
 
@@ -137,15 +138,15 @@ def test_item_assignment_outside_the_graph():
     logits = ta.tensor([[1.0, 5.0, 3.0, 2.0]])
     v, _ = logits.topk(2)
     logits[logits < v[:, [-1]]] = -np.inf  # nanoGPT's top-k filter
-    np.testing.assert_array_equal(logits.data, [[-np.inf, 5.0, 3.0, -np.inf]])
+    np.testing.assert_array_equal(logits.numpy(), [[-np.inf, 5.0, 3.0, -np.inf]])
     logits[0, 0] = ta.tensor(9.0)
-    assert logits.data[0, 0] == 9
+    assert logits.numpy()[0, 0] == 9
     w = ta.tensor([1.0, 2.0], requires_grad=True)
     with pytest.raises(RuntimeError, match="requires grad"):
         w[0] = 3.0
     with ta.no_grad():
         w[0] = 3.0
-    assert w.data[0] == 3
+    assert w.numpy()[0] == 3
     with pytest.raises(RuntimeError, match="read-only"):
         ta.tensor([1.0]).expand(3)[0] = 2.0
 
@@ -153,15 +154,15 @@ def test_item_assignment_outside_the_graph():
 def test_multinomial_draws_by_weight_from_the_seeded_generator():
     ta.manual_seed(0)
     probs = ta.tensor([[0.0, 0.2, 0.8], [1.0, 0.0, 0.0]])
-    draws = ta.multinomial(probs, 1000, replacement=True).data
+    draws = ta.multinomial(probs, 1000, replacement=True).numpy()
     assert draws.shape == (2, 1000) and draws.dtype == np.int64
     assert not np.any(draws[0] == 0) and abs(np.mean(draws[0] == 2) - 0.8) < 0.05 and np.all(draws[1] == 0)
-    once = ta.multinomial(ta.tensor([0.1, 0.2, 0.7]), 3).data
+    once = ta.multinomial(ta.tensor([0.1, 0.2, 0.7]), 3).numpy()
     assert sorted(once.tolist()) == [0, 1, 2]
     ta.manual_seed(5)
-    a = ta.multinomial(probs, 4, replacement=True).data
+    a = ta.multinomial(probs, 4, replacement=True).numpy()
     ta.manual_seed(5)
-    np.testing.assert_array_equal(a, ta.multinomial(probs, 4, replacement=True).data)
+    np.testing.assert_array_equal(a, ta.multinomial(probs, 4, replacement=True).numpy())
     with pytest.raises(ValueError, match="without replacement"):
         ta.multinomial(probs, 2)
     with pytest.raises(ValueError, match="non-negative"):
@@ -175,18 +176,18 @@ def test_tensor_idioms_match_torch():
     t, tt = T(x), torch.tensor(x, requires_grad=True)
     values, indices = t.topk(3, dim=1)
     tv, ti = tt.topk(3, dim=1)
-    np.testing.assert_array_equal(values.data, tv.detach().numpy())
-    np.testing.assert_array_equal(indices.data, ti.numpy())
+    np.testing.assert_array_equal(values.numpy(), tv.detach().numpy())
+    np.testing.assert_array_equal(indices.numpy(), ti.numpy())
     (values * 2).sum().backward()
     (tv * 2).sum().backward()
-    np.testing.assert_array_equal(t.grad.data, tt.grad.numpy())
+    np.testing.assert_array_equal(t.grad.numpy(), tt.grad.numpy())
     for a, b in zip(T(x, False).chunk(3, 1), torch.tensor(x).chunk(3, 1)):
-        np.testing.assert_array_equal(a.data, b.numpy())
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
     for a, b in zip(T(x, False).split([2, 5], 1), torch.tensor(x).split([2, 5], 1)):
-        np.testing.assert_array_equal(a.data, b.numpy())
-    np.testing.assert_array_equal(T(x, False).clamp(-0.3, 0.4).data, torch.tensor(x).clamp(-0.3, 0.4).numpy())
-    np.testing.assert_array_equal(ta.tril(T(x, False), 1).data, torch.tril(torch.tensor(x), 1).numpy())
-    np.testing.assert_array_equal(T(x, False).flatten(0, 1).data, torch.tensor(x).flatten(0, 1).numpy())
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_array_equal(T(x, False).clamp(-0.3, 0.4).numpy(), torch.tensor(x).clamp(-0.3, 0.4).numpy())
+    np.testing.assert_array_equal(ta.tril(T(x, False), 1).numpy(), torch.tril(torch.tensor(x), 1).numpy())
+    np.testing.assert_array_equal(T(x, False).flatten(0, 1).numpy(), torch.tensor(x).flatten(0, 1).numpy())
     assert T(x, False).size() == tuple(torch.tensor(x).size())
 
 
@@ -202,19 +203,19 @@ def test_functional_additions_match_torch_with_gradients():
         (lambda t: ta.functional.cross_entropy(t, target, label_smoothing=0.1),
          lambda t: torch.nn.functional.cross_entropy(t, torch.tensor(target), label_smoothing=0.1)),
         (lambda t: t.abs() * t.clamp(-1, 1), lambda t: t.abs() * t.clamp(-1, 1)),
-        (lambda t: t.min(1), lambda t: t.min(1).values),
+        (lambda t: t.min(1).values, lambda t: t.min(1).values),
         (lambda t: t[:, :1].expand(4, 6) * t, lambda t: t[:, :1].expand(4, 6) * t),
     ]
     for ours, theirs in cases:
         a, b = T(x), torch.tensor(x, requires_grad=True)
         out, tout = ours(a), theirs(b)
-        np.testing.assert_allclose(out.data, tout.detach().numpy(), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-12, atol=1e-14)
         g = rng.normal(size=out.shape)
         out.backward(g)
         tout.backward(torch.tensor(g))
-        np.testing.assert_allclose(a.grad.data, b.grad.numpy(), rtol=1e-10, atol=1e-12)
-    np.testing.assert_array_equal(T(x, False).argmax(1).data, torch.tensor(x).argmax(1).numpy())
-    np.testing.assert_array_equal(T(x, False).argmin(0).data, torch.tensor(x).argmin(0).numpy())
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(T(x, False).argmax(1).numpy(), torch.tensor(x).argmax(1).numpy())
+    np.testing.assert_array_equal(T(x, False).argmin(0).numpy(), torch.tensor(x).argmin(0).numpy())
     ln, tln = ta.nn.LayerNorm(6, bias=False), torch.nn.LayerNorm(6, bias=False, dtype=torch.float32)
-    np.testing.assert_allclose(ln(ta.Tensor(x.astype(np.float32))).data,
+    np.testing.assert_allclose(ln(ta.Tensor(x.astype(np.float32))).numpy(),
                                tln(torch.tensor(x, dtype=torch.float32)).detach().numpy(), rtol=1e-5, atol=1e-6)

@@ -42,8 +42,8 @@ def test_multi_head_attention_matches_torch(case, need_weights):
     lengths = np.array([tk, 2, tk - 1])
     mask = ta.padding_mask(lengths, tk) if c["padded"] else None
     if c["causal"]:
-        causal = ta.causal_mask(tq, tk).data
-        mask = causal if mask is None else mask.data & causal
+        causal = ta.causal_mask(tq, tk).numpy()
+        mask = causal if mask is None else mask.numpy() & causal
 
     tq_, tk_, tv_ = t(q), t(k), t(v)
     torch_mask = None if mask is None else torch.tensor(~np.broadcast_to(mask, (b, h, tq, tk)).reshape(b * h, tq, tk))
@@ -51,17 +51,17 @@ def test_multi_head_attention_matches_torch(case, need_weights):
     qa, ka, va = (ta.Tensor(a, requires_grad=True) for a in (q, k, v))
     out, w = ours(qa, ka, va, mask=mask, need_weights=need_weights)
 
-    np.testing.assert_allclose(out.data, t_out.detach().numpy(), atol=1e-8, rtol=0)
+    np.testing.assert_allclose(out.numpy(), t_out.detach().numpy(), atol=1e-8, rtol=0)
     if need_weights:
-        np.testing.assert_allclose(w.data, t_w.detach().numpy(), atol=1e-8, rtol=0)
+        np.testing.assert_allclose(w.numpy(), t_w.detach().numpy(), atol=1e-8, rtol=0)
     direction = rng.normal(size=out.shape)
     (out * ta.Tensor(direction)).sum().backward()
     (t_out * torch.tensor(direction)).sum().backward()
     for ours_x, theirs_x in ((qa, tq_), (ka, tk_), (va, tv_)):
-        np.testing.assert_allclose(ours_x.grad.data, theirs_x.grad.numpy(), atol=1e-8, rtol=0)
+        np.testing.assert_allclose(ours_x.grad.numpy(), theirs_x.grad.numpy(), atol=1e-8, rtol=0)
     torch_grads = mha_from_torch({n: p.grad for n, p in theirs.named_parameters()})
     for name, p in ours.named_parameters():
-        np.testing.assert_allclose(p.grad.data, torch_grads[name], atol=1e-8, rtol=0, err_msg=name)
+        np.testing.assert_allclose(p.grad.numpy(), torch_grads[name], atol=1e-8, rtol=0, err_msg=name)
 
 
 @pytest.mark.parametrize("case", ["self", "causal", "no_bias"])
@@ -75,18 +75,18 @@ def test_self_attention_packed_path_matches_torch(case):
     theirs.load_state_dict({k: torch.tensor(v) for k, v in mha_to_torch(ours.state_dict()).items()})
     x = rng.normal(size=(b, t_, e))
     torch_x = t(x)
-    torch_mask = torch.tensor(~ta.causal_mask(t_, t_).data) if c["causal"] else None
+    torch_mask = torch.tensor(~ta.causal_mask(t_, t_).numpy()) if c["causal"] else None
     t_out, _ = theirs(torch_x, torch_x, torch_x, attn_mask=torch_mask, need_weights=False)
     ours_x = ta.Tensor(x, requires_grad=True)
     out, _ = ours(ours_x, is_causal=c["causal"], need_weights=False)
-    np.testing.assert_allclose(out.data, t_out.detach().numpy(), atol=1e-8, rtol=0)
+    np.testing.assert_allclose(out.numpy(), t_out.detach().numpy(), atol=1e-8, rtol=0)
     direction = rng.normal(size=out.shape)
     (out * ta.Tensor(direction)).sum().backward()
     (t_out * torch.tensor(direction)).sum().backward()
-    np.testing.assert_allclose(ours_x.grad.data, torch_x.grad.numpy(), atol=1e-8, rtol=0)
+    np.testing.assert_allclose(ours_x.grad.numpy(), torch_x.grad.numpy(), atol=1e-8, rtol=0)
     torch_grads = mha_from_torch({n: p.grad for n, p in theirs.named_parameters()})
     for name, p in ours.named_parameters():
-        np.testing.assert_allclose(p.grad.data, torch_grads[name], atol=1e-8, rtol=0, err_msg=name)
+        np.testing.assert_allclose(p.grad.numpy(), torch_grads[name], atol=1e-8, rtol=0, err_msg=name)
 
 
 def test_interop_round_trip_and_packed_layout():
@@ -112,7 +112,8 @@ def test_functional_ops_match_torch():
         (lambda a: F.layer_norm(a, 6), lambda a: torch.nn.functional.layer_norm(a, (6,))),
         (lambda a: F.cross_entropy(a, target),
          lambda a: torch.nn.functional.cross_entropy(a.reshape(-1, 6), torch.tensor(target.reshape(-1)))),
-        (lambda a: a.max(dim=1), lambda a: a.amax(dim=1)),
+        (lambda a: a.amax(dim=1), lambda a: a.amax(dim=1)),
+        (lambda a: a.max(dim=1).values, lambda a: a.max(dim=1).values),
         (lambda a: a[:, ::2, np.array([0, 0, 3])], lambda a: a[:, ::2, [0, 0, 3]]),
         (lambda a: (a @ a.transpose(-1, -2)).sigmoid().mean(dim=(0, 2)),
          lambda a: (a @ a.transpose(-1, -2)).sigmoid().mean(dim=(0, 2))),
@@ -120,11 +121,11 @@ def test_functional_ops_match_torch():
     for ours, theirs in cases:
         xa, xt = ta.Tensor(x, requires_grad=True), t(x)
         ya, yt = ours(xa), theirs(xt)
-        np.testing.assert_allclose(ya.data, yt.detach().numpy(), atol=1e-10)
+        np.testing.assert_allclose(ya.numpy(), yt.detach().numpy(), atol=1e-10)
         g = rng.normal(size=ya.shape)
         ya.backward(g)
         yt.backward(torch.tensor(g))
-        np.testing.assert_allclose(xa.grad.data, xt.grad.numpy(), atol=1e-10)
+        np.testing.assert_allclose(xa.grad.numpy(), xt.grad.numpy(), atol=1e-10)
 
 
 def test_sdpa_matches_torch_with_bool_and_float_masks():
@@ -142,7 +143,7 @@ def test_sdpa_matches_torch_with_bool_and_float_masks():
                 expected_mask = torch.tensor(mask)
             expected = torch.nn.functional.scaled_dot_product_attention(t(q), t(k), t(v), attn_mask=expected_mask)
             out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), mask=mask, is_causal=causal)
-            np.testing.assert_allclose(out.data, expected.detach().numpy(), atol=1e-10)
+            np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), atol=1e-10)
 
 
 def test_encoder_layer_matches_torch():
@@ -161,4 +162,4 @@ def test_encoder_layer_matches_torch():
         x = rng.normal(size=(2, 5, 8))
         expected = theirs(t(x, False), src_mask=torch.nn.Transformer.generate_square_subsequent_mask(5),
                           is_causal=True)
-        np.testing.assert_allclose(ours(ta.Tensor(x), is_causal=True).data, expected.detach().numpy(), atol=1e-10)
+        np.testing.assert_allclose(ours(ta.Tensor(x), is_causal=True).numpy(), expected.detach().numpy(), atol=1e-10)

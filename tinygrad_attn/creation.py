@@ -31,7 +31,7 @@ def _make(array: np.ndarray, dtype: Any, requires_grad: bool) -> Tensor:
 
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     """A new tensor holding a copy of `data` (Python floats become float32, ints int64, as in PyTorch)."""
-    data = data.data if isinstance(data, Tensor) else data
+    data = data._data if isinstance(data, Tensor) else data
     array = np.array(data, copy=True)
     if not isinstance(data, (np.ndarray, np.generic)) and array.dtype == np.float64:
         array = array.astype(_DEFAULT)  # Python floats: the default float dtype, as Tensor(...) does
@@ -116,7 +116,7 @@ def topk(t: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
 def multinomial(probs: Any, num_samples: int, replacement: bool = False) -> Tensor:
     """Indices drawn from the rows of `probs` (1-D or 2-D non-negative weights, not necessarily summing to 1),
     from the framework's generator; int64, shape (num_samples,) or (rows, num_samples)."""
-    p = np.asarray(probs.data if isinstance(probs, Tensor) else probs, dtype=np.float64)
+    p = np.asarray(probs._data if isinstance(probs, Tensor) else probs, dtype=np.float64)
     if p.ndim not in (1, 2) or p.shape[-1] == 0:
         raise ValueError(f"multinomial: probs must be 1-D or 2-D with at least one category, got shape {p.shape}")
     if not np.all(np.isfinite(p)) or np.any(p < 0):

@@ -70,7 +70,7 @@ def detect_anomaly() -> Iterator[None]:
         return ", ".join(str(t.shape) for t in ctx.inputs)
 
     def check_forward(ctx, result):
-        data = result.data
+        data = result._data
         if data.dtype.kind == "f" and (np.isnan(data).any() or np.isposinf(data).any()):
             raise AnomalyError(f"{ctx.function.__name__} forward produced NaN or inf (input shapes {shapes(ctx)})")
 

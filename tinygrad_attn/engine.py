@@ -18,44 +18,124 @@ go one way, from the rules to the engine.
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-_grad_enabled = True
+# Grad mode is per thread and per async context, as PyTorch's is per thread: one thread inside
+# `no_grad` never stops another from recording its graph.
+_grad_mode: contextvars.ContextVar[bool] = contextvars.ContextVar("tinygrad_attn_grad_mode", default=True)
 
 
 def is_grad_enabled() -> bool:
-    """Whether new ops record the graph (False inside `no_grad`)."""
-    return _grad_enabled
+    """Whether new ops record the graph in this thread (False inside `no_grad`)."""
+    return _grad_mode.get()
 
 
-class no_grad:
-    """Context manager and decorator: ops inside record no graph.
+class _GradMode:
+    """Base of no_grad / enable_grad / inference_mode: a context manager and decorator that sets grad mode
+    for this thread and restores it on exit. One instance may be entered again while it is active (nested
+    or from several threads): each entry keeps its own token, per thread."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self._entries = threading.local()
+
+    def _stack(self) -> list:
+        stack = getattr(self._entries, "stack", None)
+        if stack is None:
+            stack = self._entries.stack = []
+        return stack
+
+    def __enter__(self) -> None:
+        self._stack().append(_grad_mode.set(self.enabled))
+
+    def __exit__(self, *exc: object) -> None:
+        stack = self._stack()
+        if not stack:
+            raise RuntimeError(f"{type(self).__name__}: __exit__ without a matching __enter__ in this thread")
+        token = stack.pop()
+        try:
+            _grad_mode.reset(token)
+        except ValueError:  # entered in another async context: restore the value it saw
+            _grad_mode.set(True if token.old_value is contextvars.Token.MISSING else token.old_value)
+
+    def __call__(self, fn: Callable) -> Callable:
+        mode = type(self)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with mode():
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class no_grad(_GradMode):
+    """Context manager and decorator: ops inside record no graph (in this thread).
 
     >>> with no_grad(): y = x * 2          # y.requires_grad is False
     >>> @no_grad()
     ... def evaluate(model, x): ...
     """
 
-    def __enter__(self) -> None:
-        global _grad_enabled
-        self._previous = _grad_enabled
-        _grad_enabled = False
+    enabled = False
 
-    def __exit__(self, *exc: object) -> None:
-        global _grad_enabled
-        _grad_enabled = self._previous
+
+class enable_grad(_GradMode):
+    """Ops inside record the graph again, even within `no_grad`."""
+
+    enabled = True
+
+
+class inference_mode(_GradMode):
+    """PyTorch's inference_mode(mode=True): here the same as no_grad (mode=False: the same as enable_grad);
+    tensors made inside are ordinary tensors."""
+
+    def __init__(self, mode: bool = True) -> None:
+        super().__init__()
+        self.enabled = not bool(mode)
 
     def __call__(self, fn: Callable) -> Callable:
+        enabled = self.enabled
+
         @functools.wraps(fn)
-        def without_grad(*args: Any, **kwargs: Any) -> Any:
-            with no_grad():
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with inference_mode(not enabled):
                 return fn(*args, **kwargs)
 
-        return without_grad
+        return wrapper
+
+
+class set_grad_enabled(_GradMode):
+    """set_grad_enabled(mode): sets grad mode for this thread at once, as a function call; as a context
+    manager, restores the previous mode on exit (PyTorch's behaviour)."""
+
+    def __init__(self, mode: bool) -> None:
+        super().__init__()
+        if not isinstance(mode, (bool, np.bool_)):
+            raise TypeError(f"set_grad_enabled: mode must be a bool, got {mode!r}")
+        self.enabled = bool(mode)
+        self._stack().append(_grad_mode.set(self.enabled))
+
+    def __enter__(self) -> None:
+        pass  # already set by the constructor
+
+    def __call__(self, fn: Callable) -> Callable:
+        self.__exit__()
+        enabled = self.enabled
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with set_grad_enabled(enabled):
+                return fn(*args, **kwargs)
+
+        return wrapper
 
 
 class Context:
@@ -72,14 +152,37 @@ class Context:
         self.inputs = inputs
         self.needs_input_grad = tuple(t.requires_grad for t in inputs)
         self.saved_tensors: tuple = ()
+        self.saved_versions: tuple = ()
         self.released = False
 
     def save_for_backward(self, *arrays: Any) -> None:
         self.saved_tensors = arrays
 
+    def _record_versions(self, tensors: tuple[Tensor, ...]) -> None:
+        """Remember the version of every tensor whose memory a saved array is (or views), so that backward
+        can refuse to run on values an in-place op has changed since."""
+        owners = []
+        for arr in self.saved_tensors:
+            if isinstance(arr, np.ndarray):
+                for t in tensors:
+                    if arr is t._data or (arr.base is not None and arr.base is t._data.base is not None):
+                        owners.append((t, t._version_counter, t._version_counter[0]))
+                        break
+        self.saved_versions = tuple(owners)
+
+    def check_versions(self) -> None:
+        for t, counter, version in self.saved_versions:
+            if counter[0] != version:
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: [Tensor of shape {t.shape}, dtype {t.dtype}], an input or output of "
+                    f"{self.function.__name__}, is at version {counter[0]}; expected version {version} instead. "
+                    "Use an out-of-place op (x = x + y instead of x += y, or clone() before changing it)")
+
     def release(self) -> None:
         """Drop the saved arrays once the backward pass no longer needs them."""
         self.saved_tensors = ()
+        self.saved_versions = ()
         self.released = True
 
 
@@ -106,11 +209,23 @@ class Function:
 
     @classmethod
     def apply(cls, *inputs: Any, **kwargs: Any) -> Tensor:
-        tensors = tuple(x if isinstance(x, Tensor) else Tensor(x) for x in inputs)
+        tensors = tuple(x if isinstance(x, Tensor) else Tensor._wrap(x) for x in inputs)
         ctx = Context(cls, tensors)
-        out = np.asarray(cls.forward(ctx, *(t.data for t in tensors), **kwargs))
-        requires_grad = _grad_enabled and any(ctx.needs_input_grad) and out.dtype.kind == "f"
+        out = cls.forward(ctx, *(t._data for t in tensors), **kwargs)
+        if type(out) is not np.ndarray:
+            out = np.asarray(out)
+        requires_grad = out.dtype.kind == "f" and any(ctx.needs_input_grad) and _grad_mode.get()
         result = Tensor._result(out, ctx if requires_grad else None)
+        if out.base is not None:  # a view of an input (reshape, permute, slicing): one version counter
+            for t in tensors:
+                if np.may_share_memory(out, t._data):
+                    result._version_counter, result._base = t._version_counter, t if t._base is None else t._base
+                    break
+        if requires_grad:
+            for t in tensors:
+                t._used = True
+            if ctx.saved_tensors:
+                ctx._record_versions(tensors + (result,))
         for hook in _forward_hooks:
             hook(ctx, result)
         return result
@@ -163,28 +278,45 @@ def _as_gradient_tuple(grads: Any, n_inputs: int, function: type) -> tuple:
     return grads
 
 
+def _run_hooks(node: Tensor, g: np.ndarray) -> np.ndarray:
+    """node's tensor hooks, in the order registered: each sees the gradient and may return a new one."""
+    for hook in list(node._hooks.values()):
+        new = hook(Tensor._result(g, None))
+        if new is not None:
+            new = new._data if isinstance(new, Tensor) else np.asarray(new)
+            if new.shape != g.shape:
+                raise RuntimeError(f"a hook returned a gradient of shape {new.shape} for a tensor of shape "
+                                   f"{node.shape}")
+            g = new.astype(node.dtype, copy=False)
+    return g
+
+
 def run_backward(root: Tensor, grad: np.ndarray, retain_graph: bool) -> None:
     """Propagate `grad` (dL/droot) to every leaf that requires grad.
 
     Gradients of intermediate tensors live only in the local `grads` dict and
-    are dropped as soon as they have been passed on; leaves accumulate theirs
-    into `.grad`.
+    are dropped as soon as they have been passed on (unless the tensor called
+    `retain_grad()`); leaves accumulate theirs into `.grad`.
     """
     grads: dict[int, np.ndarray] = {id(root): grad}
     for node in reversed(_topological_order(root)):
         g = grads.pop(id(node), None)
         if g is None:
             continue
+        if node._hooks:
+            g = _run_hooks(node, g)
         ctx = node._ctx
-        if ctx is None:  # a leaf: accumulate
-            g = g.astype(node.dtype, copy=False)
-            node.grad = Tensor(g if node.grad is None else node.grad.data + g)
-            continue
+        if ctx is None or node._retains_grad:  # a leaf, or a tensor that asked to keep its gradient
+            g_own = g.astype(node.dtype, copy=False)
+            node.grad = Tensor._result(g_own.copy() if node.grad is None else node.grad._data + g_own, None)
+            if ctx is None:
+                continue
         if ctx.released:
             raise RuntimeError(
                 f"backward through the graph a second time ({ctx.function.__name__}): its saved "
                 "arrays were freed after the first backward; pass retain_graph=True to the first call"
             )
+        ctx.check_versions()
         input_grads = _as_gradient_tuple(ctx.function.backward(ctx, g), len(ctx.inputs), ctx.function)
         for hook in _backward_hooks:
             hook(ctx, g, input_grads)
@@ -204,7 +336,7 @@ def tensor_dtype(dtype: Any, op: str) -> np.dtype:
     try:
         dtype = np.dtype(dtype)
     except TypeError:
-        raise TypeError(f"{op}: dtype {dtype!r} is not a numpy dtype") from None
+        raise TypeError(f"{op}: dtype {dtype!r} is not a dtype (use ta.float32, ta.int64, ta.bool, ...)") from None
     if dtype.kind not in "fiub":
         raise TypeError(f"{op}: unsupported dtype {dtype} (expected a float, integer or bool dtype)")
     return dtype
@@ -221,29 +353,46 @@ def _float_default(arr: np.ndarray) -> np.ndarray:
     return arr.astype(np.float32) if arr.dtype == np.float64 else arr
 
 
+class RemovableHandle:
+    """What `register_hook` returns: `handle.remove()` takes the hook away again."""
+
+    _next_id = 0
+
+    def __init__(self, hooks: dict):
+        self.hooks, self.id = hooks, RemovableHandle._next_id
+        RemovableHandle._next_id += 1
+
+    def remove(self) -> None:
+        self.hooks.pop(self.id, None)
+
+    def __enter__(self) -> RemovableHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
 class Tensor:
     """An n-dimensional array that remembers how it was computed.
 
-    Tensor(data, requires_grad=False, dtype=None): `data` is a scalar, a nested
-    list or a numpy array. Python floats and lists become float32; numpy arrays
-    keep their dtype and are used without a copy; integer and bool tensors
-    (indices, masks) cannot require grad.
+    Tensor(data, requires_grad=False, dtype=None), as torch.Tensor: a nested
+    list or a number sequence becomes float32 (ints and bools too); a numpy
+    array keeps its dtype and is used without a copy; Tensor(2, 3) is a
+    tensor of zeros of shape (2, 3). Integer and bool tensors (indices,
+    masks) cannot require grad. `ta.tensor(data)` infers the dtype instead.
+
+    Fields: `_data` is the numpy array; `.data` is a detached Tensor sharing
+    it (PyTorch's meaning); `.numpy()` gives the array.
     """
 
     __array_priority__ = 1000  # so `ndarray + Tensor` calls Tensor.__radd__
     __hash__ = object.__hash__  # identity hash, although == is elementwise
 
-    def __init__(self, data: Any, requires_grad: bool = False, dtype: Any = None):
-        if isinstance(data, Tensor):
-            data = data.data
-        if isinstance(data, (np.ndarray, np.generic)):
-            arr = np.asarray(data)
+    def __init__(self, *data: Any, requires_grad: bool = False, dtype: Any = None):
+        if len(data) != 1 or (isinstance(data[0], int) and not isinstance(data[0], bool)):
+            arr = self._zeros_of_size(data)  # Tensor(2, 3) and Tensor() as torch.Tensor: a shape
         else:
-            try:
-                arr = _float_default(np.asarray(data))
-            except ValueError as err:  # ragged nesting
-                raise ValueError(f"Tensor: data must be a number or a rectangular nested list, got "
-                                 f"{_short(data)} ({err})") from None
+            arr = self._array_of(data[0])
         if dtype is not None:
             arr = arr.astype(tensor_dtype(dtype, "Tensor"), copy=False)
         if arr.dtype.kind not in "fiub":
@@ -251,49 +400,107 @@ class Tensor:
                             f"from {_short(data)}")
         if requires_grad and arr.dtype.kind != "f":
             raise TypeError(f"Tensor: only floating-point tensors can require grad, got dtype {arr.dtype}")
-        self.data: np.ndarray = arr
-        self.grad: Tensor | None = None
+        self._init(arr, None)
         self.requires_grad = bool(requires_grad)
-        self._ctx: Context | None = None
+
+    @staticmethod
+    def _zeros_of_size(size: tuple) -> np.ndarray:
+        if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in size):
+            raise TypeError(f"Tensor: expected one sequence or array, or sizes (non-negative ints), got "
+                            f"{_short(size)}")
+        return np.zeros(tuple(int(n) for n in size), np.float32)
+
+    @staticmethod
+    def _array_of(data: Any) -> np.ndarray:
+        if isinstance(data, Tensor):
+            return data._data
+        if isinstance(data, (np.ndarray, np.generic)):
+            return np.asarray(data)
+        if isinstance(data, (float, bool, complex)):
+            raise TypeError(f"Tensor: data must be a sequence or an array, got {type(data).__name__} {data!r}; "
+                            "for a 0-d tensor use ta.tensor(value)")
+        try:
+            arr = np.asarray(data)
+        except ValueError as err:  # ragged nesting
+            raise ValueError(f"Tensor: data must be a number or a rectangular nested list, got "
+                             f"{_short(data)} ({err})") from None
+        return arr.astype(np.float32) if arr.dtype.kind in "fiub" else arr  # torch.Tensor(list) is float32
+
+    def _init(self, arr: np.ndarray, ctx: Context | None) -> None:
+        self._data, self.grad, self.requires_grad, self._ctx = arr, None, ctx is not None, ctx
+        self._version_counter, self._base, self._hooks, self._retains_grad = [0], None, {}, False
+        self._used = False  # an input of an op whose gradient is recorded (in-place changes then refused)
 
     @classmethod
     def _result(cls, data: np.ndarray, ctx: Context | None) -> Tensor:
         """An op's output: the array is the op's own, so __init__'s checks are skipped."""
-        t = object.__new__(cls)
-        t.data, t.grad, t.requires_grad, t._ctx = data, None, ctx is not None, ctx
+        t = object.__new__(Tensor)
+        t._init(data, ctx)
         return t
 
+    @classmethod
+    def _wrap(cls, value: Any) -> Tensor:
+        """A number or array as a tensor with no history: floats float32 unless an array says otherwise."""
+        if isinstance(value, Tensor):
+            return value
+        arr = np.asarray(value) if isinstance(value, (np.ndarray, np.generic)) else _float_default(np.asarray(value))
+        return cls._result(arr, None)
+
     # --- what it is -------------------------------------------------------
-    shape = property(lambda self: self.data.shape)
-    dtype = property(lambda self: self.data.dtype)
-    ndim = property(lambda self: self.data.ndim)
+    shape = property(lambda self: self._data.shape)
+    dtype = property(lambda self: self._data.dtype)
+    ndim = property(lambda self: self._data.ndim)
     is_leaf = property(lambda self: self._ctx is None)
+    grad_fn = property(lambda self: self._ctx)
+    _version = property(lambda self: self._version_counter[0])
+    retains_grad = property(lambda self: self._retains_grad)
+    device = property(lambda self: _CPU)
+    is_cuda = property(lambda self: False)
+
+    @property
+    def data(self) -> Tensor:
+        """A tensor sharing this one's memory, cut from the graph; changes through it are not tracked
+        (PyTorch's `.data`). The numpy array is `.numpy()`."""
+        return Tensor._result(self._data, None)
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        arr = value._data if isinstance(value, Tensor) else np.asarray(value)
+        if self.requires_grad and arr.dtype.kind != "f":
+            raise TypeError(f".data = ...: a tensor that requires grad needs float data, got dtype {arr.dtype}")
+        self._data = arr
+
+    def bump_version(self) -> None:
+        """Count one in-place change of this tensor's memory (and of every view sharing it)."""
+        self._version_counter[0] += 1
 
     def numel(self) -> int:
         """The number of elements (PyTorch's name; `size()` is the shape)."""
-        return self.data.size
+        return self._data.size
+
+    nelement = numel
 
     def size(self, dim: int | None = None) -> Any:
         """The shape, as PyTorch's `size()`; `size(dim)` is one dim's length."""
         if dim is None:
-            return self.data.shape
+            return self._data.shape
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
             raise TypeError(f"size: dim must be an int, got {dim!r}")
         if not -self.ndim <= dim < max(self.ndim, 1) or self.ndim == 0:
             raise IndexError(f"size: dim {dim} is out of range for a tensor with {self.ndim} dims")
-        return self.data.shape[dim]
+        return self._data.shape[dim]
 
     def dim(self) -> int:
-        return self.data.ndim
+        return self._data.ndim
 
     def tolist(self) -> Any:
-        return self.data.tolist()
+        return self._data.tolist()
 
     def _scalar(self, kind: str) -> Any:
-        if self.data.size != 1:
+        if self._data.size != 1:
             raise ValueError(f"{kind}(): only a tensor with one element can be converted, this one has shape "
                              f"{self.shape}")
-        return self.data.item()
+        return self._data.item()
 
     def __float__(self) -> float:
         return float(self._scalar("float"))
@@ -310,19 +517,52 @@ class Tensor:
         return int(self._scalar("index"))
 
     def numpy(self) -> np.ndarray:
-        return self.data
+        """The numpy array itself (shared memory). Unlike PyTorch, allowed on a tensor that requires grad."""
+        return self._data
 
     def item(self) -> Any:
-        if self.data.size != 1:
+        if self._data.size != 1:
             raise ValueError(f"item: only a tensor with one element has an item, this one has shape {self.shape}")
-        return self.data.item()
+        return self._data.item()
 
     def detach(self) -> Tensor:
-        """The same data, cut from the graph."""
-        return Tensor(self.data)
+        """The same memory and version counter, cut from the graph."""
+        t = Tensor._result(self._data, None)
+        t._version_counter, t._base = self._version_counter, self if self._base is None else self._base
+        return t
+
+    def detach_(self) -> Tensor:
+        self._ctx, self.requires_grad = None, False
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        if requires_grad and self.dtype.kind != "f":
+            raise RuntimeError(f"requires_grad_: only floating-point tensors can require grad, got {self.dtype}")
+        if not requires_grad and self._ctx is not None:
+            raise RuntimeError("requires_grad_(False): only a leaf can stop requiring grad; use detach()")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def register_hook(self, hook: Callable) -> RemovableHandle:
+        """hook(grad) runs when this tensor's gradient is computed; returning a tensor replaces the gradient.
+        Returns a handle whose remove() unregisters it."""
+        if not self.requires_grad:
+            raise RuntimeError("register_hook: cannot register a hook on a tensor that doesn't require gradient")
+        if not callable(hook):
+            raise TypeError(f"register_hook: hook must be callable, got {_short(hook)}")
+        handle = RemovableHandle(self._hooks)
+        self._hooks[handle.id] = hook
+        return handle
+
+    def retain_grad(self) -> None:
+        """Keep this non-leaf tensor's gradient in `.grad` after backward (a leaf keeps it anyway)."""
+        if not self.requires_grad:
+            raise RuntimeError("retain_grad: can't retain_grad on a tensor that doesn't require gradient")
+        if self._ctx is not None:
+            self._retains_grad = True
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return self.data if dtype is None else self.data.astype(dtype)
+        return self._data if dtype is None else self._data.astype(dtype)
 
     def __len__(self) -> int:
         if self.ndim == 0:
@@ -330,33 +570,78 @@ class Tensor:
         return self.shape[0]
 
     def __repr__(self) -> str:
-        body = np.array2string(self.data, precision=4, separator=", ", prefix="Tensor(", threshold=50)
-        extra = f", dtype={self.dtype}"
+        body = np.array2string(self._data, precision=4, separator=", ", prefix="tensor(", threshold=50)
+        extra = "" if self.dtype in (np.float32, np.int64, np.bool_) else f", dtype=ta.{self.dtype}"
         if self._ctx is not None:
-            extra += f", grad_fn={self._ctx.function.__name__}"
+            extra += f", grad_fn=<{self._ctx.function.__name__}Backward>"
         elif self.requires_grad:
             extra += ", requires_grad=True"
-        return f"Tensor({body}{extra})"
+        return f"tensor({body}{extra})"
 
     # --- the backward pass ---------------------------------------------------
-    def backward(self, grad: Any = None, retain_graph: bool = False) -> None:
+    def backward(self, gradient: Any = None, retain_graph: bool = False, grad: Any = None) -> None:
         """Accumulate d(self)/d(leaf) into the `.grad` of every leaf that requires grad.
 
-        `grad` is dL/dself; it may be omitted only when self has one element.
+        `gradient` is dL/dself; it may be omitted only when self has one element.
         """
+        gradient = grad if gradient is None else gradient
         if not self.requires_grad:
             raise RuntimeError("backward: this tensor does not require grad and has no graph behind it")
-        if grad is None:
-            if self.data.size != 1:
+        if gradient is None:
+            if self._data.size != 1:
                 raise RuntimeError(
                     f"backward: grad can be omitted only for a single-element output, "
                     f"this one has shape {self.shape}; pass grad of that shape"
                 )
-            grad = np.ones(self.shape, dtype=self.dtype)
-        grad = np.asarray(grad.data if isinstance(grad, Tensor) else grad, dtype=self.dtype)
-        if grad.shape != self.shape:
-            raise ValueError(f"backward: grad has shape {grad.shape}, the tensor has shape {self.shape}")
-        run_backward(self, grad, retain_graph)
+            gradient = np.ones(self.shape, dtype=self.dtype)
+        gradient = np.asarray(gradient._data if isinstance(gradient, Tensor) else gradient, dtype=self.dtype)
+        if gradient.shape != self.shape:
+            raise ValueError(f"backward: grad has shape {gradient.shape}, the tensor has shape {self.shape}")
+        run_backward(self, gradient, retain_graph)
 
     def zero_grad(self) -> None:
         self.grad = None
+
+
+class device:
+    """torch.device for the CPU alone: device("cpu") and device("cpu", 0); any other type is a clear error."""
+
+    def __init__(self, type: str = "cpu", index: int | None = None):  # noqa: A002  (PyTorch's name)
+        if isinstance(type, device):
+            type, index = type.type, type.index
+        if not isinstance(type, str):
+            raise TypeError(f"device: expected a string such as 'cpu', got {_short(type)}")
+        name, _, number = type.partition(":")
+        if name != "cpu":
+            raise RuntimeError(f"device {type!r} is not available: tinygrad_attn runs on the CPU only; use 'cpu'")
+        self.type, self.index = "cpu", int(number) if number else index
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            other = device(other) if other.split(":")[0] == "cpu" else None
+        return isinstance(other, device) and other.index == self.index
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return "device(type='cpu')"
+
+    def __str__(self) -> str:
+        return "cpu"
+
+
+_CPU = device("cpu")
+
+
+def check_device(value: Any, op: str) -> None:
+    """None, "cpu" or a cpu device pass; anything else is one clear error (there is no other device here)."""
+    if value is None:
+        return
+    if isinstance(value, device):
+        return
+    if isinstance(value, str):
+        device(value)
+        return
+    if isinstance(value, int) and not isinstance(value, bool):
+        raise RuntimeError(f"{op}: device {value} is a CUDA ordinal; tinygrad_attn runs on the CPU only")
+    raise TypeError(f"{op}: device must be 'cpu' or ta.device('cpu'), got {_short(value)}")

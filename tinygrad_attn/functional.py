@@ -93,7 +93,7 @@ def _along_last(fn: type[Function], x: Tensor, dim: int, keep: np.ndarray | None
 def _bool_mask(mask: Any, shape: tuple[int, ...], op: str) -> np.ndarray | None:
     if mask is None:
         return None
-    mask = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+    mask = mask._data if isinstance(mask, Tensor) else np.asarray(mask)
     if mask.dtype != np.bool_:
         raise TypeError(f"{op}: mask must be bool (True = keep), got dtype {mask.dtype}")
     check_broadcast(f"{op}: mask", mask.shape, shape)
@@ -254,7 +254,7 @@ def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reducti
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f'cross_entropy: reduction must be "mean", "sum" or "none", got {reduction!r}')
     logits = _float_tensor(logits, "cross_entropy", "logits")
-    target = np.asarray(target.data if isinstance(target, Tensor) else target)
+    target = np.asarray(target._data if isinstance(target, Tensor) else target)
     if target.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: target must hold integer class indices, got dtype {target.dtype}")
     if logits.ndim < 2:
@@ -383,7 +383,7 @@ def attention_math(q: Tensor, k: Tensor, v: Tensor, mask: np.ndarray | None, is_
     elif mask is not None:
         scores = scores + Tensor(mask.astype(scores.dtype))  # an additive mask: 0 or -inf
     if is_causal:
-        future = ~causal_mask(*scores.shape[-2:]).data  # (Tq, Tk): key j > query i
+        future = ~causal_mask(*scores.shape[-2:])._data  # (Tq, Tk): key j > query i
         hidden = future if hidden is None else hidden | future
     if hidden is not None:
         scores = scores.masked_fill(hidden, -np.inf)  # no probability, no gradient
@@ -405,7 +405,7 @@ def _attention_mask(mask: Any, shape: tuple[int, ...]) -> np.ndarray | None:
     """Check that `mask` broadcasts to the scores' shape (..., Tq, Tk); returns its array."""
     if mask is None:
         return None
-    mask = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+    mask = mask._data if isinstance(mask, Tensor) else np.asarray(mask)
     if mask.dtype.kind not in "bf":
         raise TypeError(f"mask: expected a bool (True = may attend) or float (additive) mask, got dtype {mask.dtype}")
     try:

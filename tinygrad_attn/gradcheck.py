@@ -56,21 +56,21 @@ def gradcheck(
         if not isinstance(t, Tensor):
             raise TypeError(f"gradcheck: inputs[{i}] is a {type(t).__name__}, not a Tensor; wrap it as "
                             "ta.Tensor(array, requires_grad=True)")
-    saved = [(t.data, t.grad) for t in inputs]
+    saved = [(t._data, t.grad) for t in inputs]
     rng = np.random.default_rng(seed)
     try:
         for t in inputs:
             if t.dtype.kind == "f" and t.dtype != np.float64:
-                t.data = t.data.astype(np.float64)
+                t._data = t._data.astype(np.float64)
             t.grad = None
         outputs = _outputs(fn(*inputs))
         # outputs that are not finite (a masked log-probability is -inf) are constants: weight 0
-        directions = [np.where(np.isfinite(y.data), rng.standard_normal(y.shape), 0.0) for y in outputs]
+        directions = [np.where(np.isfinite(y._data), rng.standard_normal(y.shape), 0.0) for y in outputs]
 
         def projected() -> float:
             with no_grad():
                 ys = _outputs(fn(*inputs))
-                return sum(float((np.where(w != 0, y.data, 0) * w).sum()) for y, w in zip(ys, directions))
+                return sum(float((np.where(w != 0, y._data, 0) * w).sum()) for y, w in zip(ys, directions))
 
         differentiable = [
             (where(Tensor(w != 0), y, 0.0) * Tensor(w)).sum() for y, w in zip(outputs, directions) if y.requires_grad
@@ -84,19 +84,19 @@ def gradcheck(
         for position, t in enumerate(inputs):
             if not t.requires_grad:
                 continue
-            analytic = np.zeros(t.shape) if t.grad is None else t.grad.data
+            analytic = np.zeros(t.shape) if t.grad is None else t.grad._data
             flat = np.arange(t.numel())
             if t.numel() > max_elements:
                 flat = np.sort(rng.choice(t.numel(), max_elements, replace=False))
             numeric = np.empty(len(flat))
             for n, i in enumerate(flat):
                 index = np.unravel_index(i, t.shape)
-                original = t.data[index]
-                t.data[index] = original + eps
+                original = t._data[index]
+                t._data[index] = original + eps
                 plus = projected()
-                t.data[index] = original - eps
+                t._data[index] = original - eps
                 minus = projected()
-                t.data[index] = original
+                t._data[index] = original
                 numeric[n] = (plus - minus) / (2 * eps)
             picked = analytic.reshape(-1)[flat] if t.shape else analytic.reshape(1)
             excess = np.abs(picked - numeric) - (atol + rtol * np.abs(numeric))
@@ -117,4 +117,4 @@ def gradcheck(
         return True
     finally:
         for t, (data, grad) in zip(inputs, saved):
-            t.data, t.grad = data, grad
+            t._data, t.grad = data, grad

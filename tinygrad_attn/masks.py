@@ -28,7 +28,7 @@ def causal_mask(tq: int, tk: int | None = None, offset: int = 0) -> Tensor:
 
 def padding_mask(lengths: Any, t: int) -> Tensor:
     """(B, 1, 1, T) bool mask: sequence b may attend its first lengths[b] positions."""
-    lengths = np.asarray(lengths.data if isinstance(lengths, Tensor) else lengths)
+    lengths = np.asarray(lengths._data if isinstance(lengths, Tensor) else lengths)
     if lengths.ndim != 1 or lengths.dtype.kind not in "iu":
         raise ValueError(f"padding_mask: lengths must be a 1-D integer array, got shape {lengths.shape}")
     if np.any((lengths < 0) | (lengths > t)):

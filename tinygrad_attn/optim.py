@@ -81,7 +81,7 @@ class Optimizer:
         self.param_groups.append({"params": params, **self.defaults, **options})
         for p in params:
             self.params.append(p)
-            self.state_arrays().append({n: np.zeros_like(p.data) for n in self.state_names} | {"step": 0})
+            self.state_arrays().append({n: np.zeros_like(p._data) for n in self.state_names} | {"step": 0})
 
     def state_arrays(self) -> list[dict[str, Any]]:
         if not hasattr(self, "_state"):
@@ -104,7 +104,7 @@ class Optimizer:
             if set_to_none or p.grad is None:
                 p.grad = None
             else:
-                p.grad.data[...] = 0
+                p.grad._data[...] = 0
 
     def step(self) -> None:
         i = 0
@@ -114,7 +114,7 @@ class Optimizer:
                 state = self._state[i]
                 if p.grad is not None:
                     state["step"] += 1
-                    self.update(state, p.data, p.grad.data, group)
+                    self.update(state, p._data, p.grad._data, group)
                 i += 1
 
     def update(self, state: dict[str, Any], param: np.ndarray, grad: np.ndarray, group: dict[str, Any]) -> None:
@@ -256,7 +256,7 @@ def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float) -> float
                         f"{type(params[bad[0]]).__name__}")
     max_norm = check_number(max_norm, "max_norm", "clip_grad_norm_", 0.0)
     unique = list({id(p): p for p in params}.values())
-    grads = [p.grad.data for p in unique if p.grad is not None]
+    grads = [p.grad._data for p in unique if p.grad is not None]
     total = math.sqrt(sum(float(np.dot(g.reshape(-1), g.reshape(-1))) for g in grads))
     scale = max_norm / (total + 1e-6)
     if scale < 1:

@@ -29,7 +29,7 @@ def _flatten(obj: Mapping, prefix: str, out: dict[str, np.ndarray]) -> dict[str,
         if isinstance(value, Mapping):
             _flatten(value, name + ".", out)
             continue
-        array = np.asarray(value.data if isinstance(value, Tensor) else value)
+        array = np.asarray(value._data if isinstance(value, Tensor) else value)
         if array.dtype.kind == "O":
             raise TypeError(f"save: {name!r} is an object array ({type(value).__name__}); only plain arrays are saved")
         if name in out:

@@ -39,7 +39,7 @@ def attention_maps(task: Any, model: Any, batch: Any) -> dict[str, list[np.ndarr
         raise TypeError(f"attention_maps: task must be a task (ta.tasks.get_task(...)), got {type(task).__name__}")
     _, attention = task.logits(model, batch, return_attention=True)
     groups = attention if isinstance(attention, dict) else {"self-attention": attention}
-    return {name: [w.data[0] for w in layers] for name, layers in groups.items()}
+    return {name: [w._data[0] for w in layers] for name, layers in groups.items()}
 
 
 def plot_attention(task: Any, model: Any, batch: Any, path: str, head: str | None = None,
@@ -171,7 +171,7 @@ def to_dot(tensor: Tensor, render: str | None = None, names: Any = None) -> str:
             continue
         seen.add(id(node))
         if node._ctx is None:
-            grad = "" if node.grad is None else f"\\ngrad norm {float(np.linalg.norm(node.grad.data)):.3g}"
+            grad = "" if node.grad is None else f"\\ngrad norm {float(np.linalg.norm(node.grad._data)):.3g}"
             label = leaf_names.get(id(node), "leaf")
             lines.append(f'  n{id(node)} [shape=ellipse, label="{label} {node.shape}{grad}"];')
             continue

@@ -52,8 +52,8 @@ class KVCache:
             grown = [np.empty(a.shape[:2] + (capacity, a.shape[3]), a.dtype) for a in (keys, values)]
             grown[0][:, :, :n], grown[1][:, :, :n] = keys[:, :, :n], values[:, :, :n]
             keys, values = grown
-        keys[:, :, n : n + k.shape[2]] = k.data
-        values[:, :, n : n + v.shape[2]] = v.data
+        keys[:, :, n : n + k.shape[2]] = k._data
+        values[:, :, n : n + v.shape[2]] = v._data
         entry[:] = [keys, values, n + k.shape[2]]
         return Tensor(keys[:, :, : entry[2]]), Tensor(values[:, :, : entry[2]])
 
@@ -61,7 +61,7 @@ class KVCache:
         """Keys and values that do not grow (cross-attention's, from the memory): computed on first use."""
         if id(module) not in self._store:
             k, v = compute()
-            self._store[id(module)] = [k.data, v.data, k.shape[2]]
+            self._store[id(module)] = [k._data, v._data, k.shape[2]]
         keys, values, _ = self._store[id(module)]
         return Tensor(keys), Tensor(values)
 
@@ -180,7 +180,7 @@ class MultiHeadAttention(Module):
                                                  self._split_heads(self.v_proj(value))))  # (B, H, Tk, d)
         past = k.shape[2] - tq if self_attention else 0  # positions before this call's queries
         if is_causal:
-            future = ~causal_mask(tq, k.shape[2], offset=past).data  # (Tq, P + Tq)
+            future = ~causal_mask(tq, k.shape[2], offset=past)._data  # (Tq, P + Tq)
             mask = _hide(mask, future)
         out, weights = (F.scaled_dot_product_attention(q, k, v, mask=mask, return_weights=True) if need_weights
                         else (F.scaled_dot_product_attention(q, k, v, mask=mask), None))  # (B, H, Tq, d)
@@ -204,7 +204,7 @@ def _hide(mask, hidden: np.ndarray):
     """`mask` (bool: True may attend; float: added) with the entries where `hidden` is True taken away."""
     if mask is None:
         return ~hidden
-    mask = mask.data if isinstance(mask, Tensor) else np.asarray(mask)
+    mask = mask._data if isinstance(mask, Tensor) else np.asarray(mask)
     if mask.dtype == np.bool_:
         return mask & ~hidden
     return np.where(hidden, -np.inf, mask).astype(mask.dtype)

@@ -20,7 +20,7 @@ _GAINS = {"linear": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0)
 def _target(tensor: Tensor, op: str) -> np.ndarray:
     if tensor.dtype.kind != "f":
         raise TypeError(f"init.{op}: the tensor must be floating point, got {tensor.dtype}")
-    return tensor.data
+    return tensor._data
 
 
 def _checked(tensor: Tensor, op: str) -> Tensor:

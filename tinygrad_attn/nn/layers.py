@@ -146,7 +146,7 @@ class EmbeddingLookup(Function):
 
 def check_indices(indices: Any, rows: int, op: str) -> np.ndarray:
     """Integer indices in [0, rows), as an array; anything else is one clear error."""
-    indices = np.asarray(indices.data if isinstance(indices, Tensor) else indices)
+    indices = np.asarray(indices._data if isinstance(indices, Tensor) else indices)
     if indices.dtype.kind not in "iu":
         raise TypeError(f"{op}: indices must be integers, got dtype {indices.dtype}")
     if indices.size and (indices.min() < 0 or indices.max() >= rows):

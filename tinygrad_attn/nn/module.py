@@ -116,8 +116,8 @@ class Module:
     # --- state ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
         """Every parameter name (both names of a tied weight, as PyTorch) and persistent buffer -> a copy."""
-        state = {name: p.data.copy() for name, p in self._named_members()}
-        state.update({name: b.data.copy() for name, b in self.named_buffers(persistent_only=True)})
+        state = {name: p._data.copy() for name, p in self._named_members()}
+        state.update({name: b._data.copy() for name, b in self.named_buffers(persistent_only=True)})
         return state
 
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
@@ -138,7 +138,7 @@ class Module:
         values = {}
         for name in sorted(targets.keys() & state.keys()):
             value = state[name]
-            value = value.data if isinstance(value, Tensor) else np.asarray(value)
+            value = value._data if isinstance(value, Tensor) else np.asarray(value)
             if value.dtype.kind not in "fiub":
                 raise ValueError(f"load_state_dict: {name!r} has dtype {value.dtype}; expected real numbers")
             if value.shape != targets[name].shape:
@@ -147,7 +147,7 @@ class Module:
                 )
             values[name] = value
         for name, value in values.items():
-            np.copyto(targets[name].data, value, casting="unsafe")
+            np.copyto(targets[name]._data, value, casting="unsafe")
 
     # --- modes and conversions ----------------------------------------------------------
     def train(self, mode: bool = True) -> Module:
@@ -164,7 +164,7 @@ class Module:
             if set_to_none or p.grad is None:
                 p.grad = None
             else:
-                p.grad.data[...] = 0
+                p.grad._data[...] = 0
 
     def to(self, dtype_or_device: Any) -> Module:
         """Cast every float parameter and buffer to a float dtype in place (np.float64 for gradient checks);
@@ -179,11 +179,11 @@ class Module:
             raise ValueError(f"to: {dtype_or_device!r} is neither a float dtype nor 'cpu' "
                              "(tinygrad_attn runs on the CPU only)")
         for p in self.parameters():
-            p.data = p.data.astype(dtype)
+            p._data = p._data.astype(dtype)
             p.grad = None
         for b in self.buffers():
             if b.dtype.kind == "f":
-                b.data = b.data.astype(dtype)
+                b._data = b._data.astype(dtype)
         return self
 
     def extra_repr(self) -> str:

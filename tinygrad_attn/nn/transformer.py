@@ -164,16 +164,16 @@ class CausalLM(Module):
         tokens = _check_generation(tokens, max_new_tokens, temperature, top_k, self.config["vocab_size"])
         max_len = self.config["max_len"]
         cache = KVCache() if use_cache else None
-        logits = self(tokens[:, -max_len:], kv_cache=cache).data[:, -1]  # (B, vocab)
+        logits = self(tokens[:, -max_len:], kv_cache=cache)._data[:, -1]  # (B, vocab)
         for step in range(max_new_tokens):
             tokens = np.concatenate([tokens, sample_next(logits, temperature, top_k)], axis=1)
             if step == max_new_tokens - 1:
                 break
             if cache is not None and cache.length < max_len:
-                logits = self(tokens[:, -1:], kv_cache=cache).data[:, -1]  # one new position
+                logits = self(tokens[:, -1:], kv_cache=cache)._data[:, -1]  # one new position
             else:  # no cache, or the window is full: run the last max_len tokens again
                 cache = KVCache() if use_cache else None
-                logits = self(tokens[:, -max_len:], kv_cache=cache).data[:, -1]
+                logits = self(tokens[:, -max_len:], kv_cache=cache)._data[:, -1]
         return tokens
 
 
@@ -218,7 +218,7 @@ class Seq2SeqTransformer(Module):
         """(B, 1, 1, Ts) bool: True on real source tokens, False on padding."""
         if src_lengths is None:
             return None
-        lengths = np.asarray(src_lengths.data if isinstance(src_lengths, Tensor) else src_lengths)
+        lengths = np.asarray(src_lengths._data if isinstance(src_lengths, Tensor) else src_lengths)
         if lengths.ndim != 1 or lengths.dtype.kind not in "iu" or (batch is not None and lengths.shape[0] != batch):
             raise ValueError(f"Seq2SeqTransformer: src_lengths must be {batch if batch is not None else 'B'} "
                              f"integers (one per sequence), got shape {lengths.shape} and dtype {lengths.dtype}")
@@ -255,9 +255,9 @@ class Seq2SeqTransformer(Module):
         done = np.zeros(src.shape[0], bool)
         for _ in range(max_new_tokens):
             if cache is not None and cache.length < self.config["max_len"]:
-                logits = self._decode_cached(tokens[:, cache.length:], memory, mask, cache).data[:, -1]
+                logits = self._decode_cached(tokens[:, cache.length:], memory, mask, cache)._data[:, -1]
             else:
-                logits = self.decode(tokens[:, -self.config["max_len"]:], memory, src_lengths).data[:, -1]
+                logits = self.decode(tokens[:, -self.config["max_len"]:], memory, src_lengths)._data[:, -1]
             following = sample_next(logits, temperature, top_k)
             if eos is not None:
                 following[done, 0] = eos
@@ -290,7 +290,7 @@ class Seq2SeqTransformer(Module):
 
 def _check_generation(tokens: Any, max_new_tokens: int, temperature: float, top_k: int | None,
                       vocab: int) -> np.ndarray:
-    tokens = np.asarray(tokens.data if isinstance(tokens, Tensor) else tokens)
+    tokens = np.asarray(tokens._data if isinstance(tokens, Tensor) else tokens)
     if tokens.ndim == 1:
         tokens = tokens[None, :]
     if tokens.ndim != 2 or tokens.shape[1] == 0 or tokens.dtype.kind not in "iu":

@@ -118,7 +118,7 @@ class Task:
         was_training = model.training
         model.eval()
         batch = self.eval_batch()
-        accuracy = self.exact_match(self.logits(model, batch).data, batch)
+        accuracy = self.exact_match(self.logits(model, batch)._data, batch)
         model.train(was_training)
         return accuracy
 
@@ -196,7 +196,7 @@ class PromptAnswerTask(Task):
         answer_len = self.examples(np.random.default_rng(0), 1)[1].shape[1]
         for _ in range(answer_len):  # greedy decoding, one token at a time
             logits = model(np.array([tokens]))
-            tokens.append(int(logits.data[0, -1].argmax()))
+            tokens.append(int(logits._data[0, -1].argmax()))
         full = np.array([tokens])
         batch = Batch(full[:, :-1], full[:, 1:], np.ones((1, full.shape[1] - 1), dtype=bool))
         return self.format(np.array(tokens[-answer_len:])), batch

@@ -102,7 +102,7 @@ class Translation(Task):
         out = [self.tgt_index[BOS]]
         for _ in range(self.max_tgt):  # greedy decoding until EOS
             logits = model.decode(np.array([out]), memory, lengths)
-            out.append(int(logits.data[0, -1].argmax()))
+            out.append(int(logits._data[0, -1].argmax()))
             if out[-1] == self.tgt_index[EOS]:
                 break
         words = [self.tgt_words[t] for t in out[1:] if t != self.tgt_index[EOS]]
