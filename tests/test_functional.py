@@ -111,10 +111,13 @@ def test_cross_entropy(reduction, data, lead, classes):
     target = np.where(ignore, -100, target)
     log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     per = np.where(ignore, 0, -np.take_along_axis(log_p, np.where(ignore, 0, target)[..., None], -1)[..., 0])
-    expected = {"none": per, "sum": per.sum(), "mean": per.sum() / max((~ignore).sum(), 1)}[reduction]
-    out = F.cross_entropy(T(logits), target, reduction=reduction)
-    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-10, atol=1e-12)
-    assert ta.gradcheck(lambda x: F.cross_entropy(x, target, reduction=reduction), [T(logits)])
+    counted = int((~ignore).sum())
+    expected = {"none": per, "sum": per.sum(), "mean": per.sum() / counted if counted else np.nan}[reduction]
+    scores = np.moveaxis(logits, -1, 1)  # PyTorch's layout: (N, C) or (N, C, d1)
+    out = F.cross_entropy(T(scores), target, reduction=reduction)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-10, atol=1e-12)  # NaN when every target is ignored
+    if counted or reduction != "mean":
+        assert ta.gradcheck(lambda x: F.cross_entropy(x, target, reduction=reduction), [T(scores)])
 
 
 def test_cross_entropy_errors_name_the_problem():

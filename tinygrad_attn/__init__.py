@@ -6,77 +6,186 @@
     x = ta.Tensor([[1.0, 2.0, 3.0]], requires_grad=True)
     F.softmax(x, dim=-1)[0, 2].backward()
     x.grad                                  # d p_2 / d x
+
+PyTorch programs run with `import tinygrad_attn as torch` (and `tinygrad_attn.nn`, `.nn.functional`,
+`.optim`, `.utils.data` likewise): the names below are PyTorch's, with PyTorch's semantics.
 """
 
-from . import debug, functional, interop, nn, optim, runtime, tasks, viz
+from . import debug, dtypes, functional, interop, losses, nn, optim, runtime, tasks, utils, viz
 from .creation import (
-                       arange,
-                       full,
-                       multinomial,
-                       ones,
-                       ones_like,
-                       rand,
-                       randn,
-                       tensor,
-                       topk,
-                       tril,
-                       triu,
-                       zeros,
-                       zeros_like,
+    arange,
+    as_tensor,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    multinomial,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randint,
+    randn,
+    randn_like,
+    randperm,
+    tensor,
+    topk,
+    tril,
+    triu,
+    zeros,
+    zeros_like,
 )
 from .debug import detect_anomaly, trace_backward
-from .engine import Context, Function, Tensor, is_grad_enabled, no_grad
+from .dtypes import (
+    bool,  # noqa: A004  (PyTorch's dtype names)
+    double,
+    float,  # noqa: A004
+    float16,
+    float32,
+    float64,
+    half,
+    int,  # noqa: A004
+    int8,
+    int16,
+    int32,
+    int64,
+    long,
+    short,
+    uint8,
+)
+from .engine import (
+    Context,
+    Function,
+    RemovableHandle,
+    Tensor,
+    device,
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 from .functional import sdpa_kernel
 from .gradcheck import GradcheckError, gradcheck
 from .kernels.parallel import get_num_threads, set_num_threads
 from .masks import causal_mask, padding_mask
-from .ops import cat, stack, where
-from .rng import manual_seed
+from .ops import cat, maximum, minimum, return_types, stack, where
+from .rng import manual_seed, seed
 from .serialization import load, save
+from .tensor_functions import (
+    BoolTensor,
+    ByteTensor,
+    DoubleTensor,
+    FloatTensor,
+    IntTensor,
+    LongTensor,
+    abs,  # noqa: A004
+    all,  # noqa: A004
+    allclose,
+    amax,
+    amin,
+    any,  # noqa: A004
+    argmax,
+    argmin,
+    argsort,
+    backends,
+    bmm,
+    chunk,
+    clamp,
+    clip,
+    cos,
+    cuda,
+    cumsum,
+    equal,
+    exp,
+    flatten,
+    get_default_dtype,
+    is_floating_point,
+    is_tensor,
+    kthvalue,
+    log,
+    log_softmax,
+    logical_and,
+    logical_not,
+    logical_or,
+    masked_fill,
+    matmul,
+    max,  # noqa: A004
+    mean,
+    median,
+    min,  # noqa: A004
+    nonzero,
+    norm,
+    numel,
+    permute,
+    pow,  # noqa: A004
+    relu,
+    reshape,
+    rsqrt,
+    sigmoid,
+    sin,
+    softmax,
+    sort,
+    split,
+    sqrt,
+    square,
+    squeeze,
+    std,
+    sum,  # noqa: A004
+    tanh,
+    transpose,
+    unique,
+    unsqueeze,
+    var,
+)
 
 __version__ = "0.1.0"
 
+# Names PyTorch programs meet that are not here, with what to use instead.
+_INSTEAD = {
+    "compile": "call the model directly (there is no compiler to hand it to)",
+    "jit": "call the model directly",
+    "einsum": "matmul (@), permute and sum",
+    "gather": "indexing with integer tensors, or topk/sort's indices with take_along_dim-style indexing",
+    "autograd": "loss.backward() then .grad, or ta.gradcheck; for the graph, ta.trace_backward()",
+    "Generator": "ta.manual_seed(seed), or a numpy Generator passed as generator=",
+    "set_default_dtype": "dtype= on each factory (the default float is float32)",
+    "distributed": "a single process (tinygrad_attn runs on one machine's CPU)",
+    "amp": "float32 (there is no mixed precision here)",
+    "autocast": "float32 (there is no mixed precision here)",
+    "load_state_dict_from_url": "ta.load on a local .npz or .safetensors file",
+    "hub": "ta.load on a local .npz or .safetensors file",
+    "baddbmm": "a @ b + c",
+    "addmm": "a @ b + c",
+    "repeat_interleave": "indexing with an integer tensor (x[:, idx])",
+    "tensordot": "reshape and matmul",
+}
+
+
+def __getattr__(name: str) -> object:
+    """A PyTorch name this library does not have: one AttributeError saying what to use instead."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    instead = _INSTEAD.get(name, "see docs/api.md for the PyTorch names that are supported")
+    raise AttributeError(f"torch.{name} is not supported here (tinygrad_attn.{name} does not exist); use {instead}")
+
+
 __all__ = [
-    "arange",
-    "full",
-    "multinomial",
-    "ones",
-    "ones_like",
-    "rand",
-    "randn",
-    "tensor",
-    "topk",
-    "tril",
-    "triu",
-    "zeros",
-    "zeros_like",
-    "engine",
-    "Context",
-    "Function",
-    "GradcheckError",
-    "Tensor",
-    "cat",
-    "debug",
-    "detect_anomaly",
-    "causal_mask",
-    "functional",
-    "get_num_threads",
-    "gradcheck",
-    "interop",
-    "is_grad_enabled",
-    "load",
-    "manual_seed",
-    "nn",
-    "no_grad",
-    "optim",
-    "padding_mask",
-    "runtime",
-    "sdpa_kernel",
-    "save",
-    "set_num_threads",
-    "stack",
-    "tasks",
-    "trace_backward",
-    "viz",
-    "where",
+    "BoolTensor", "ByteTensor", "Context", "DoubleTensor", "FloatTensor", "Function", "GradcheckError", "IntTensor",
+    "LongTensor", "RemovableHandle", "Tensor", "abs", "all", "allclose", "amax", "amin", "any", "arange", "argmax",
+    "argmin", "argsort", "as_tensor", "backends", "bmm", "bool", "cat", "causal_mask", "chunk", "clamp", "clip", "cos",
+    "cuda", "cumsum", "debug", "detect_anomaly", "device", "double", "dtypes", "empty", "empty_like", "enable_grad",
+    "equal", "exp", "eye", "flatten", "float", "float16", "float32", "float64", "from_numpy", "full", "full_like",
+    "functional", "get_default_dtype", "get_num_threads", "gradcheck", "half", "inference_mode", "int", "int8",
+    "int16", "int32", "int64", "interop", "is_floating_point", "is_grad_enabled", "is_tensor", "kthvalue",
+    "linspace", "load", "log", "log_softmax", "logical_and", "logical_not", "logical_or", "long", "losses",
+    "manual_seed", "masked_fill", "matmul", "max", "maximum", "mean", "median", "min", "minimum", "multinomial", "nn",
+    "no_grad", "nonzero", "norm", "numel", "ones", "ones_like", "optim", "padding_mask", "permute", "pow", "rand",
+    "rand_like", "randint", "randn", "randn_like", "randperm", "relu", "reshape", "return_types", "rsqrt", "runtime",
+    "save", "sdpa_kernel", "seed", "set_grad_enabled", "set_num_threads", "short", "sigmoid", "sin", "softmax", "sort",
+    "split", "sqrt", "square", "squeeze", "stack", "std", "sum", "tanh", "tasks", "tensor", "topk", "trace_backward",
+    "transpose", "tril", "triu", "uint8", "unique", "unsqueeze", "utils", "var", "viz", "where", "zeros", "zeros_like",
 ]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from . import rng
-from .engine import Tensor, tensor_dtype
+from .engine import Tensor, check_device, tensor_dtype
 from .ops import check_number, check_tensor, where
 
 _DEFAULT = np.float32
@@ -29,7 +29,8 @@ def _make(array: np.ndarray, dtype: Any, requires_grad: bool) -> Tensor:
     return Tensor(array.astype(dtype or _DEFAULT, copy=False), requires_grad=requires_grad)
 
 
-def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def tensor(data: Any, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+    check_device(device, "tensor")
     """A new tensor holding a copy of `data` (Python floats become float32, ints int64, as in PyTorch)."""
     data = data._data if isinstance(data, Tensor) else data
     array = np.array(data, copy=True)
@@ -38,34 +39,42 @@ def tensor(data: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
     return Tensor(array, requires_grad=requires_grad, dtype=dtype)
 
 
-def zeros(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def zeros(*size: Any, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+    check_device(device, "zeros")
     return _make(np.zeros(_shape(size, "zeros")), dtype, requires_grad)
 
 
-def ones(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def ones(*size: Any, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+    check_device(device, "ones")
     return _make(np.ones(_shape(size, "ones")), dtype, requires_grad)
 
 
-def full(size: Any, fill_value: float, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def full(size: Any, fill_value: float, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+    check_device(device, "full")
     if isinstance(fill_value, Tensor) and fill_value.ndim == 0:
         fill_value = fill_value.item()
     if not isinstance(fill_value, (int, float, np.number, np.bool_)):
         raise TypeError(f"full: fill_value must be a number, got {type(fill_value).__name__}")
-    return _make(np.full(_shape((size,), "full"), fill_value), dtype, requires_grad)
+    inferred = np.bool_ if isinstance(fill_value, (bool, np.bool_)) else np.int64 if isinstance(
+        fill_value, (int, np.integer)) else _DEFAULT  # PyTorch infers the dtype from the fill value
+    return _make(np.full(_shape((size,), "full"), fill_value), dtype or inferred, requires_grad)
 
 
-def zeros_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def zeros_like(t: Tensor, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+    check_device(device, "zeros_like")
     t = check_tensor(t, "zeros_like")
     return Tensor(np.zeros(t.shape, tensor_dtype(dtype or t.dtype, "zeros_like")), requires_grad=requires_grad)
 
 
-def ones_like(t: Tensor, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def ones_like(t: Tensor, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+    check_device(device, "ones_like")
     t = check_tensor(t, "ones_like")
     return Tensor(np.ones(t.shape, tensor_dtype(dtype or t.dtype, "ones_like")), requires_grad=requires_grad)
 
 
 def arange(start: float, end: float | None = None, step: float = 1, dtype: Any = None,
-           requires_grad: bool = False) -> Tensor:
+           requires_grad: bool = False, device: Any = None) -> Tensor:
+    check_device(device, "arange")
     """[start, end) by step; int64 when every argument is an int, float32 otherwise (PyTorch's rule)."""
     start, end = (0, start) if end is None else (start, end)
     for name, value in (("start", start), ("end", end), ("step", step)):
@@ -77,11 +86,13 @@ def arange(start: float, end: float | None = None, step: float = 1, dtype: Any =
     return Tensor(values.astype(dtype or (np.int64 if ints else _DEFAULT)), requires_grad=requires_grad)
 
 
-def randn(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def randn(*size: Any, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+    check_device(device, "randn")
     return _make(rng.generator().standard_normal(_shape(size, "randn")), dtype, requires_grad)
 
 
-def rand(*size: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
+def rand(*size: Any, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+    check_device(device, "rand")
     return _make(rng.generator().random(_shape(size, "rand")), dtype, requires_grad)
 
 
@@ -113,6 +124,87 @@ def topk(t: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
     return check_tensor(t, "topk").topk(k, dim, largest, sorted)
 
 
+def randint(low: int, high: int | None = None, size: Any = None, dtype: Any = None, requires_grad: bool = False,
+            device: Any = None) -> Tensor:
+    """Integers in [low, high) (or [0, low) when high is omitted), int64, from the framework's generator."""
+    check_device(device, "randint")
+    if high is None:
+        low, high = 0, low
+    if size is None:
+        raise TypeError("randint: size is required, as in PyTorch: randint(low, high, (n,))")
+    for name, value in (("low", low), ("high", high)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"randint: {name} must be an int, got {value!r}")
+    if high <= low:
+        raise ValueError(f"randint: high ({high}) must be larger than low ({low})")
+    shape = _shape(size if isinstance(size, (tuple, list)) else (size,), "randint")
+    return Tensor(rng.generator().integers(low, high, shape).astype(dtype or np.int64), requires_grad=requires_grad)
+
+
+def randperm(n: int, dtype: Any = None, device: Any = None) -> Tensor:
+    """A random permutation of 0 .. n-1, int64."""
+    check_device(device, "randperm")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
+    return Tensor(rng.generator().permutation(int(n)).astype(dtype or np.int64))
+
+
+def empty(*size: Any, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+    """PyTorch's uninitialised tensor; here zeros (reading an uninitialised value is never useful)."""
+    check_device(device, "empty")
+    return _make(np.zeros(_shape(size, "empty")), dtype, requires_grad)
+
+
+def full_like(t: Tensor, fill_value: float, dtype: Any = None, requires_grad: bool = False,
+              device: Any = None) -> Tensor:
+    check_device(device, "full_like")
+    t = check_tensor(t, "full_like")
+    return full(t.shape, fill_value, dtype=dtype or t.dtype, requires_grad=requires_grad)
+
+
+def empty_like(t: Tensor, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+    return zeros_like(t, dtype, requires_grad, device)
+
+
+def rand_like(t: Tensor, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+    t = check_tensor(t, "rand_like")
+    return rand(*t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad, device=device)
+
+
+def randn_like(t: Tensor, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+    t = check_tensor(t, "randn_like")
+    return randn(*t.shape, dtype=dtype or t.dtype, requires_grad=requires_grad, device=device)
+
+
+def linspace(start: float, end: float, steps: int, dtype: Any = None, requires_grad: bool = False,
+             device: Any = None) -> Tensor:
+    check_device(device, "linspace")
+    return _make(np.linspace(check_number(start, "start", "linspace"), check_number(end, "end", "linspace"),
+                             int(steps)), dtype, requires_grad)
+
+
+def eye(n: int, m: int | None = None, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+    check_device(device, "eye")
+    return _make(np.eye(n, m), dtype, requires_grad)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor sharing the array's memory and dtype, as torch.from_numpy."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy array, got {type(array).__name__}")
+    return Tensor(array)
+
+
+def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """A tensor sharing memory with `data` where it can (a tensor or an array of that dtype), else a copy."""
+    check_device(device, "as_tensor")
+    if isinstance(data, Tensor):
+        return data if dtype is None else data.to(dtype)
+    if isinstance(data, np.ndarray):
+        return Tensor(data if dtype is None else data.astype(dtype, copy=False))
+    return tensor(data, dtype=dtype)
+
+
 def multinomial(probs: Any, num_samples: int, replacement: bool = False) -> Tensor:
     """Indices drawn from the rows of `probs` (1-D or 2-D non-negative weights, not necessarily summing to 1),
     from the framework's generator; int64, shape (num_samples,) or (rows, num_samples)."""
@@ -135,5 +227,6 @@ def multinomial(probs: Any, num_samples: int, replacement: bool = False) -> Tens
     return Tensor(out.reshape(p.shape[:-1] + (num_samples,)).astype(np.int64))
 
 
-__all__ = ["arange", "full", "multinomial", "ones", "ones_like", "rand", "randn", "tensor", "topk", "tril", "triu",
-           "zeros", "zeros_like"]
+__all__ = ["arange", "as_tensor", "empty", "empty_like", "eye", "from_numpy", "full", "full_like", "linspace",
+           "multinomial", "ones", "ones_like", "rand", "rand_like", "randint", "randn", "randn_like", "randperm",
+           "tensor", "topk", "tril", "triu", "zeros", "zeros_like"]

@@ -240,13 +240,30 @@ class CrossEntropy(Function):
         return cross_entropy_backward(x2, target, lse, np.ascontiguousarray(grad), ctx.ignore_index)
 
 
+def class_rows(input: Tensor, target: np.ndarray, op: str) -> tuple[Tensor, np.ndarray]:  # noqa: A002
+    """Scores (C,), (N, C) or (N, C, d1, ...) with targets (), (N,) or (N, d1, ...), PyTorch's layout, as rows
+    (M, C) and targets (M,)."""
+    if input.ndim == 1:
+        input, target = input.unsqueeze(0), target.reshape(1, *target.shape)
+    if input.ndim < 2 or target.shape != input.shape[:1] + input.shape[2:]:
+        hint = ("; logits (B, T, C) go as logits.reshape(-1, C) with target.reshape(-1), as in PyTorch"
+                if input.ndim >= 3 and target.shape == input.shape[:-1] else "")
+        raise ValueError(f"{op}: logits of shape {input.shape} need targets of shape "
+                         f"{input.shape[:1] + input.shape[2:]}, got {target.shape}{hint}")
+    if input.ndim > 2:  # (N, C, d1, ...) -> (N, d1, ..., C) -> (M, C)
+        input = input.permute(0, *range(2, input.ndim), 1)
+    return input.reshape(math.prod(input.shape[:-1]), input.shape[-1]), target.reshape(-1)
+
+
 def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reduction: str = "mean",
                   label_smoothing: float = 0.0) -> Tensor:
-    """Cross-entropy of logits (N, C) or (B, T, C) against integer targets (N,) or (B, T).
+    """Cross-entropy of logits (N, C) (or (C,), or (N, C, d1, ...): PyTorch's layout) against integer class
+    indices (N,) (or (), (N, d1, ...)), on the fused kernel.
 
-    "mean" averages over the targets that are not `ignore_index` (0 when all
-    are ignored), "sum" adds them, "none" returns one loss per target. With
-    label_smoothing e, each row's loss is (1 - e) (-log p_target) + e mean_c(-log p_c), as in PyTorch.
+    "mean" averages over the targets that are not `ignore_index` (NaN when all are ignored, as PyTorch),
+    "sum" adds them, "none" returns one loss per target. With label_smoothing e, each row's loss is
+    (1 - e) (-log p_target) + e mean_c(-log p_c), as in PyTorch. Class weights and class probabilities:
+    `ta.nn.functional.cross_entropy`.
     """
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not (
             0.0 <= label_smoothing <= 1.0):
@@ -257,23 +274,18 @@ def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reducti
     target = np.asarray(target._data if isinstance(target, Tensor) else target)
     if target.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: target must hold integer class indices, got dtype {target.dtype}")
-    if logits.ndim < 2:
-        raise ValueError(f"cross_entropy: logits must be (N, C) or (B, T, C), got shape {logits.shape}")
-    if target.shape != logits.shape[:-1]:
-        raise ValueError(
-            f"cross_entropy: logits of shape {logits.shape} need targets of shape {logits.shape[:-1]}, "
-            f"got {target.shape}"
-        )
-    classes = logits.shape[-1]
-    counted = target != ignore_index
-    rows = logits.reshape(math.prod(logits.shape[:-1]), classes)  # (N, C); not -1, which fails when C is 0
-    flat_target = target.reshape(-1).astype(np.int64)
-    total_scale = 1.0 if reduction == "sum" else 1.0 / max(int(counted.sum()), 1)
+    if logits.ndim == 0:
+        raise ValueError(f"cross_entropy: logits must be (N, C) or (N, C, d1, ...), got shape {logits.shape}")
+    rows, flat_target = class_rows(logits, target, "cross_entropy")  # (M, C), (M,)
+    counted = flat_target != ignore_index
+    flat_target = flat_target.astype(np.int64)
+    count = int(counted.sum())
+    total_scale = 1.0 if reduction == "sum" else 1.0 / count if count else math.nan
     if reduction != "none" and label_smoothing == 0:  # the common case: one node
         return CrossEntropy.apply(rows, target=flat_target, ignore_index=ignore_index, total_scale=total_scale)
     losses = CrossEntropy.apply(rows, target=flat_target, ignore_index=ignore_index)
     if label_smoothing > 0:
-        uniform = -log_softmax(rows, -1).mean(-1) * Tensor(counted.reshape(-1).astype(rows.dtype))  # mean_c -log p_c
+        uniform = -log_softmax(rows, -1).mean(-1) * Tensor(counted.astype(rows.dtype))  # mean_c -log p_c
         losses = losses * (1.0 - label_smoothing) + uniform * label_smoothing
     if reduction == "none":
         return losses.reshape(target.shape)

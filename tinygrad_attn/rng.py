@@ -31,3 +31,10 @@ def state() -> str:
 
 def set_state(text: str) -> None:
     _generator.bit_generator.state = json.loads(text)
+
+
+def seed() -> int:
+    """Seed the generator from the operating system's entropy and return that seed, as torch.seed()."""
+    value = int(np.random.SeedSequence().entropy % (2**63))
+    manual_seed(value)
+    return value

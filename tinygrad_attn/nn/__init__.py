@@ -1,6 +1,6 @@
 """Layers with PyTorch's conventions: Module, Linear, LayerNorm, Embedding, MultiHeadAttention, Transformer blocks."""
 
-from . import init, utils
+from . import functional, init, utils
 from .attention import KVCache, MultiHeadAttention
 from .layers import (
     GELU,
@@ -13,6 +13,7 @@ from .layers import (
     ReLU,
     sinusoidal_table,
 )
+from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential
 from .transformer import (
     CausalLM,
@@ -23,6 +24,14 @@ from .transformer import (
 )
 
 __all__ = [
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "CrossEntropyLoss",
+    "KLDivLoss",
+    "L1Loss",
+    "MSELoss",
+    "NLLLoss",
+    "functional",
     "GELU",
     "CausalLM",
     "Dropout",

@@ -106,7 +106,7 @@ class Task:
         """Mean cross-entropy over the answer positions, and the logits (B, T, vocab)."""
         logits = self.logits(model, batch)
         targets = np.where(batch.loss_mask, batch.targets, -100)  # ignore everything but the answer
-        return F.cross_entropy(logits, targets), logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)), logits
 
     @staticmethod
     def exact_match(logits: np.ndarray, batch: Batch) -> float:

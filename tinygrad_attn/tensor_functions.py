@@ -1,0 +1,165 @@
+"""PyTorch's module-level functions of Tensor ops: `ta.exp(x)` is `x.exp()`, `ta.max(x, 1)` is `x.max(1)`.
+
+Each function here calls the Tensor method of the same name, so there is one implementation per op (in ops.py
+and functional.py) and these are its PyTorch spellings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import dtypes
+from .engine import Tensor
+from .ops import check_tensor, maximum, minimum
+
+
+def _method(name: str) -> Any:
+    def function(input: Tensor, *args: Any, **kwargs: Any) -> Any:  # noqa: A002  (PyTorch's name)
+        return getattr(check_tensor(input, name), name)(*args, **kwargs)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"ta.{name}(input, ...) is input.{name}(...), as torch.{name}."
+    return function
+
+
+abs = _method("abs")  # noqa: A001
+all = _method("all")  # noqa: A001
+amax = _method("amax")
+amin = _method("amin")
+any = _method("any")  # noqa: A001
+argmax = _method("argmax")
+argmin = _method("argmin")
+argsort = _method("argsort")
+chunk = _method("chunk")
+clamp = _method("clamp")
+clip = _method("clamp")
+cos = _method("cos")
+cumsum = _method("cumsum")
+exp = _method("exp")
+flatten = _method("flatten")
+kthvalue = _method("kthvalue")
+log = _method("log")
+log_softmax = _method("log_softmax")
+logical_and = _method("logical_and")
+logical_not = _method("logical_not")
+logical_or = _method("logical_or")
+masked_fill = _method("masked_fill")
+max = _method("max")  # noqa: A001
+mean = _method("mean")
+median = _method("median")
+min = _method("min")  # noqa: A001
+nonzero = _method("nonzero")
+norm = _method("norm")
+numel = _method("numel")
+permute = _method("permute")
+relu = _method("relu")
+reshape = _method("reshape")
+rsqrt = _method("rsqrt")
+sigmoid = _method("sigmoid")
+sin = _method("sin")
+softmax = _method("softmax")
+sort = _method("sort")
+split = _method("split")
+sqrt = _method("sqrt")
+square = _method("square")
+squeeze = _method("squeeze")
+std = _method("std")
+sum = _method("sum")  # noqa: A001
+tanh = _method("tanh")
+transpose = _method("transpose")
+unique = _method("unique")
+unsqueeze = _method("unsqueeze")
+var = _method("var")
+
+
+def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
+    return check_tensor(input, "matmul") @ check_tensor(other, "matmul", "other")
+
+
+def bmm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002
+    """Batched (B, n, k) @ (B, k, m), as torch.bmm (both 3-D)."""
+    if check_tensor(input, "bmm").ndim != 3 or check_tensor(mat2, "bmm", "mat2").ndim != 3:
+        raise ValueError(f"bmm: both operands must be 3-D, got shapes {input.shape} and {mat2.shape}")
+    return input @ mat2
+
+
+def pow(input: Tensor, exponent: Any) -> Tensor:  # noqa: A001, A002
+    return check_tensor(input, "pow") ** exponent
+
+
+def is_tensor(obj: Any) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def is_floating_point(input: Tensor) -> bool:  # noqa: A002
+    return check_tensor(input, "is_floating_point").dtype.kind == "f"
+
+
+def allclose(input: Tensor, other: Tensor, rtol: float = 1e-5, atol: float = 1e-8,  # noqa: A002
+             equal_nan: bool = False) -> bool:
+    return bool(np.allclose(check_tensor(input, "allclose").numpy(), check_tensor(other, "allclose", "other").numpy(),
+                            rtol, atol, equal_nan))
+
+
+def equal(input: Tensor, other: Tensor) -> bool:  # noqa: A002
+    a, b = check_tensor(input, "equal").numpy(), check_tensor(other, "equal", "other").numpy()
+    return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
+def get_default_dtype() -> np.dtype:
+    return dtypes.DEFAULT_FLOAT
+
+
+def _typed(dtype: np.dtype, name: str) -> Any:
+    def constructor(*data: Any) -> Tensor:
+        return Tensor(*data, dtype=dtype)
+
+    constructor.__name__ = constructor.__qualname__ = name
+    constructor.__doc__ = f"torch.{name}: a tensor of dtype {dtype} (from data, or zeros of the given sizes)."
+    return constructor
+
+
+FloatTensor = _typed(dtypes.float32, "FloatTensor")
+DoubleTensor = _typed(dtypes.float64, "DoubleTensor")
+LongTensor = _typed(dtypes.int64, "LongTensor")
+IntTensor = _typed(dtypes.int32, "IntTensor")
+BoolTensor = _typed(dtypes.bool, "BoolTensor")
+ByteTensor = _typed(dtypes.uint8, "ByteTensor")
+
+
+class cuda:  # noqa: N801  (torch.cuda's name)
+    """torch.cuda on a machine without one: is_available() is False, device_count() is 0."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return False
+
+    @staticmethod
+    def device_count() -> int:
+        return 0
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        """Nothing to seed: there is no CUDA generator (ta.manual_seed seeds the one generator)."""
+
+    manual_seed_all = manual_seed
+
+
+class backends:  # noqa: N801
+    class mps:  # noqa: N801
+        @staticmethod
+        def is_available() -> bool:
+            return False
+
+
+__all__ = [
+    "BoolTensor", "ByteTensor", "DoubleTensor", "FloatTensor", "IntTensor", "LongTensor", "abs", "all", "allclose",
+    "amax", "amin", "any", "argmax", "argmin", "argsort", "backends", "bmm", "chunk", "clamp", "clip", "cos",
+    "cuda", "cumsum", "equal", "exp", "flatten", "get_default_dtype", "is_floating_point", "is_tensor", "kthvalue",
+    "log", "log_softmax", "logical_and", "logical_not", "logical_or", "masked_fill", "matmul", "max", "maximum",
+    "mean", "median", "min", "minimum", "nonzero", "norm", "numel", "permute", "pow", "relu", "reshape", "rsqrt",
+    "sigmoid", "sin", "softmax", "sort", "split", "sqrt", "square", "squeeze", "std", "sum", "tanh", "transpose",
+    "unique", "unsqueeze", "var",
+]
