@@ -117,3 +117,55 @@ def test_unsupported_compression_after_a_byte_flip(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="unsupported compression method"):
         ta.load(path)
+
+
+def test_safetensors_round_trip_and_a_checked_table(tmp_path):
+    state = {"w": np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32), "i": np.arange(5),
+             "m": np.array([True, False]), "h": np.ones((2, 0), np.float16), "nested": {"b": np.float64(2.5)}}
+    path = tmp_path / "weights.safetensors"
+    ta.save(state, path)
+    back = ta.load(path)
+    assert sorted(back) == ["h", "i", "m", "nested.b", "w"]
+    for key, value in [("w", state["w"]), ("i", state["i"]), ("m", state["m"]), ("h", state["h"])]:
+        assert back[key].dtype == value.dtype and np.array_equal(back[key], value)
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    for bad, message in [(raw[:-3], "bytes of data"), (raw[:8] + b"x" + raw[9:], "not JSON"),
+                         (raw.replace(b'"F32"', b'"F99"'), "unsupported dtype"),
+                         (raw[:8 + n] + raw[8 + n:] + b"x", "bytes of data")]:
+        path.write_bytes(bad)
+        with pytest.raises(ValueError, match=message):
+            ta.load(path)
+    with pytest.raises(TypeError, match="complex"):
+        ta.save({"c": np.ones(2, np.complex64)}, tmp_path / "c.safetensors")
+
+
+def test_safetensors_files_are_read_by_the_safetensors_package_and_back(tmp_path):
+    st_numpy = pytest.importorskip("safetensors.numpy")
+    state = {"a.weight": np.arange(12, dtype=np.float32).reshape(3, 4), "a.steps": np.arange(3, dtype=np.int64)}
+    ta.save(state, tmp_path / "ours.safetensors")
+    theirs = st_numpy.load_file(str(tmp_path / "ours.safetensors"))
+    assert all(np.array_equal(theirs[k], v) and theirs[k].dtype == v.dtype for k, v in state.items())
+    st_numpy.save_file(state, str(tmp_path / "theirs.safetensors"))
+    ours = ta.load(tmp_path / "theirs.safetensors")
+    assert all(np.array_equal(ours[k], v) and ours[k].dtype == v.dtype for k, v in state.items())
+
+
+def test_weights_move_to_a_pytorch_twin_and_back_through_safetensors(tmp_path):
+    torch = pytest.importorskip("torch")
+    ta.manual_seed(0)
+    ours = ta.nn.Sequential(ta.nn.Embedding(7, 8), ta.nn.LayerNorm(8), ta.nn.Linear(8, 16), ta.nn.GELU(),
+                            ta.nn.Linear(16, 7))
+    twin = torch.nn.Sequential(torch.nn.Embedding(7, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 16),
+                               torch.nn.GELU(), torch.nn.Linear(16, 7))
+    tokens = np.array([[1, 2, 3], [6, 0, 5]])
+    ta.save(ours.state_dict(), tmp_path / "ours.safetensors")
+    loaded = ta.load(tmp_path / "ours.safetensors")
+    twin.load_state_dict({k: torch.tensor(v) for k, v in loaded.items()})
+    np.testing.assert_allclose(ours(ta.tensor(tokens)).numpy(), twin(torch.tensor(tokens)).detach().numpy(), atol=1e-6)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(0.5)
+    ta.save({k: v.numpy() for k, v in twin.state_dict().items()}, tmp_path / "twin.safetensors")
+    ours.load_state_dict(ta.load(tmp_path / "twin.safetensors"))
+    np.testing.assert_allclose(ours(ta.tensor(tokens)).numpy(), twin(torch.tensor(tokens)).detach().numpy(), atol=1e-6)

@@ -10,7 +10,15 @@ from tinygrad_attn.interop import mha_from_torch, mha_to_torch
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch_parity
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def _float64_default():
+    """These comparisons run in float64; PyTorch's default dtype is restored after each test."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 def t(a, grad=True):

@@ -165,7 +165,9 @@ class Context:
         for arr in self.saved_tensors:
             if isinstance(arr, np.ndarray):
                 for t in tensors:
-                    if arr is t._data or (arr.base is not None and arr.base is t._data.base is not None):
+                    base = arr.base
+                    own = t._data.base
+                    if arr is t._data or own is arr or (base is not None and (base is t._data or base is own)):
                         owners.append((t, t._version_counter, t._version_counter[0]))
                         break
         self.saved_versions = tuple(owners)
@@ -389,7 +391,7 @@ class Tensor:
     __hash__ = object.__hash__  # identity hash, although == is elementwise
 
     def __init__(self, *data: Any, requires_grad: bool = False, dtype: Any = None):
-        if len(data) != 1 or (isinstance(data[0], int) and not isinstance(data[0], bool)):
+        if len(data) != 1 or (isinstance(data[0], int) and not isinstance(data[0], bool)):  # Tensor(2, 3), Tensor()
             arr = self._zeros_of_size(data)  # Tensor(2, 3) and Tensor() as torch.Tensor: a shape
         else:
             arr = self._array_of(data[0])
@@ -405,6 +407,8 @@ class Tensor:
 
     @staticmethod
     def _zeros_of_size(size: tuple) -> np.ndarray:
+        if not size:
+            return np.zeros((0,), np.float32)  # torch.Tensor() is empty
         if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in size):
             raise TypeError(f"Tensor: expected one sequence or array, or sizes (non-negative ints), got "
                             f"{_short(size)}")

@@ -394,7 +394,7 @@ class CopyInto(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return None, grad
+        return np.zeros_like(grad), grad  # the old value is overwritten: a zero gradient, as PyTorch
 
 
 class IndexPut(Function):
@@ -402,8 +402,11 @@ class IndexPut(Function):
 
     @staticmethod
     def forward(ctx, a, value, index):
-        ctx.index = index
+        ctx.index, ctx.value_shape = index, value.shape
         out = a.copy()
+        target = out[index]
+        if np.shape(target) != value.shape and np.size(target) == value.size:  # y[1] = tensor([v]), as PyTorch
+            value = value.reshape(np.shape(target))
         out[index] = value
         return out
 
@@ -411,7 +414,10 @@ class IndexPut(Function):
     def backward(ctx, grad):
         grad_a = grad.copy()
         grad_a[ctx.index] = 0
-        return grad_a, grad[ctx.index]
+        grad_value = np.asarray(grad[ctx.index])
+        if grad_value.shape != ctx.value_shape and grad_value.size == math.prod(ctx.value_shape):
+            grad_value = grad_value.reshape(ctx.value_shape)
+        return grad_a, grad_value
 
 
 class Scatter(Function):

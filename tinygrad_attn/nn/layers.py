@@ -98,6 +98,10 @@ class Linear(Module):
     def forward(self, x: Tensor) -> Tensor:
         if check_tensor(x, "Linear").shape[-1:] != (self.in_features,):
             raise ValueError(f"Linear: input of shape {x.shape} needs last dim {self.in_features}")
+        if x.dtype != self.weight.dtype:
+            raise RuntimeError(f"Linear: input and weight must have the same dtype, got {x.dtype} and "
+                               f"{self.weight.dtype} (cast the input with .to({self.weight.dtype}) or the module with "
+                               ".to(dtype), as PyTorch requires)")
         params = (self.weight,) if self.bias is None else (self.weight, self.bias)
         return LinearFunction.apply(x, *params)  # (..., in) -> (..., out)
 

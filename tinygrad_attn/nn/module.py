@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import Tensor
+from ..engine import Function, RemovableHandle, Tensor, check_device, device, is_grad_enabled
 
 
 class Parameter(Tensor):
@@ -22,13 +22,144 @@ class Parameter(Tensor):
         super().__init__(data, requires_grad=requires_grad)
 
 
+class _HookInput(Function):
+    """Identity on one input of a module with a backward hook: its backward records dL/d(input)."""
+
+    @staticmethod
+    def forward(ctx, x, state, slot):
+        ctx.state, ctx.slot = state, slot
+        return x.view()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.state.input_gradient(ctx.slot, grad)
+
+
+class _HookOutput(Function):
+    """Identity on one output of a module with a backward hook: its backward records dL/d(output)."""
+
+    @staticmethod
+    def forward(ctx, x, state, slot):
+        ctx.state, ctx.slot = state, slot
+        return x.view()
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.state.output_gradient(ctx.slot, grad)
+        return grad
+
+
+class _BackwardHookState:
+    """One call of a module with full backward hooks: collects dL/d(output), then dL/d(input), then calls them."""
+
+    def __init__(self, module: Module, hooks: list, args: tuple):
+        self.module, self.hooks = module, [h for h, _ in hooks]
+        self.tensor_slots = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+        self.grad_input: list = [None] * len(self.tensor_slots)
+        self.waiting = 0
+        self.grad_output: list = []
+
+    def wrap_inputs(self, args: tuple) -> tuple:
+        args = list(args)
+        for k, i in enumerate(self.tensor_slots):
+            if args[i].requires_grad:
+                args[i] = _HookInput.apply(args[i], state=self, slot=k)
+                self.waiting += 1
+        return tuple(args)
+
+    def wrap_outputs(self, output: Any) -> Any:
+        outputs = output if isinstance(output, tuple) else (output,)
+        self.grad_output = [None] * len(outputs)
+        wrapped = tuple(_HookOutput.apply(o, state=self, slot=k) if isinstance(o, Tensor) and o.requires_grad
+                        else o for k, o in enumerate(outputs))
+        return wrapped if isinstance(output, tuple) else wrapped[0]
+
+    def output_gradient(self, slot: int, grad: Any) -> None:
+        self.grad_output[slot] = Tensor._result(grad, None)
+        if self.waiting == 0:  # no input needs a gradient: PyTorch calls the hooks with grad_input (None, ...)
+            self._call(None)
+
+    def input_gradient(self, slot: int, grad: Any) -> Any:
+        self.grad_input[slot] = Tensor._result(grad, None)
+        self.waiting -= 1
+        if self.waiting:
+            return grad
+        return self._call(slot, grad)
+
+    def _call(self, slot: int | None, grad: Any = None) -> Any:
+        for hook in self.hooks:
+            result = hook(self.module, tuple(self.grad_input), tuple(self.grad_output))
+            if result is not None:
+                if len(self.grad_input) != 1 or slot is None:
+                    raise RuntimeError("a full backward hook may replace grad_input only for a module of one "
+                                       "tensor input that needs a gradient")
+                new = result[0] if isinstance(result, (tuple, list)) else result
+                grad = new.numpy() if isinstance(new, Tensor) else grad
+                self.grad_input[0] = Tensor._result(grad, None)
+        return grad
+
+
 class Module:
     """Base class of every layer: `__call__` runs `forward`."""
 
     training = True
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)
+        hooks = vars(self).get("_hooks")
+        if not hooks or not any(hooks.values()):
+            return self.forward(*args, **kwargs)
+        return self._call_with_hooks(hooks, args, kwargs)
+
+    # --- hooks, PyTorch's: each register_* returns a handle whose remove() takes the hook away -----------
+    def _hook_table(self, kind: str) -> dict:
+        hooks = vars(self).get("_hooks")
+        if hooks is None:
+            hooks = {"forward_pre": {}, "forward": {}, "backward": {}}
+            object.__setattr__(self, "_hooks", hooks)
+        return hooks[kind]
+
+    def _register(self, kind: str, hook: Any, with_kwargs: bool = False) -> RemovableHandle:
+        if not callable(hook):
+            raise TypeError(f"register_{kind}_hook: hook must be callable, got {type(hook).__name__}")
+        table = self._hook_table(kind)
+        handle = RemovableHandle(table)
+        table[handle.id] = (hook, bool(with_kwargs))
+        return handle
+
+    def register_forward_pre_hook(self, hook: Any, *, with_kwargs: bool = False) -> RemovableHandle:
+        """hook(module, args) before forward (hook(module, args, kwargs) with_kwargs); returning a value
+        replaces args (a tuple, or one value; with_kwargs, an (args, kwargs) pair)."""
+        return self._register("forward_pre", hook, with_kwargs)
+
+    def register_forward_hook(self, hook: Any, *, with_kwargs: bool = False) -> RemovableHandle:
+        """hook(module, args, output) after forward (hook(module, args, kwargs, output) with_kwargs); returning
+        a value replaces the output."""
+        return self._register("forward", hook, with_kwargs)
+
+    def register_full_backward_hook(self, hook: Any) -> RemovableHandle:
+        """hook(module, grad_input, grad_output) once the gradients of the module's tensor inputs are computed:
+        tuples of dL/d(input) (None for an input that needs none) and dL/d(output). Returning a tuple replaces
+        grad_input (for a module of one tensor input)."""
+        return self._register("backward", hook)
+
+    def _call_with_hooks(self, hooks: dict, args: tuple, kwargs: dict) -> Any:
+        for hook, with_kwargs in list(hooks["forward_pre"].values()):
+            result = hook(self, args, kwargs) if with_kwargs else hook(self, args)
+            if result is not None:
+                if with_kwargs:
+                    args, kwargs = result
+                else:
+                    args = result if isinstance(result, tuple) else (result,)
+        state = None
+        if hooks["backward"] and is_grad_enabled():
+            state = _BackwardHookState(self, list(hooks["backward"].values()), args)
+            args = state.wrap_inputs(args)
+        output = self.forward(*args, **kwargs)
+        for hook, with_kwargs in list(hooks["forward"].values()):
+            result = hook(self, args, kwargs, output) if with_kwargs else hook(self, args, output)
+            if result is not None:
+                output = result
+        return output if state is None else state.wrap_outputs(output)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -169,7 +300,9 @@ class Module:
     def to(self, dtype_or_device: Any) -> Module:
         """Cast every float parameter and buffer to a float dtype in place (np.float64 for gradient checks);
         "cpu" is accepted and changes nothing, any other device is refused. Returns self."""
-        if isinstance(dtype_or_device, str) and dtype_or_device.lower() == "cpu":
+        if isinstance(dtype_or_device, device) or (isinstance(dtype_or_device, str) and dtype_or_device.lower()
+                                                   .split(":")[0] in ("cpu", "cuda", "mps")):
+            check_device(dtype_or_device, "to")
             return self
         try:
             dtype = np.dtype(dtype_or_device)
