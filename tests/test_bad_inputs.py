@@ -72,7 +72,8 @@ CASES = [
     ("manual_seed -1", lambda: ta.manual_seed(-1), ValueError, "seed must be a non-negative int, got -1"),
     ("gradcheck on numpy", lambda: ta.gradcheck(lambda a: a, [np.ones(3)]), TypeError, r"inputs\[0\] is a ndarray"),
     ("causal_mask 2.5", lambda: ta.causal_mask(2.5), TypeError, "Tq must be an int, got 2.5"),
-    ("to a device", lambda: _module().to("cuda"), RuntimeError, "device 'cuda' is not available: tinygrad_attn runs on the CPU only"),
+    ("to a device", lambda: _module().to("cuda"), RuntimeError,
+     "device 'cuda' is not available: tinygrad_attn runs on the CPU only"),
     ("Seq2Seq negative length", lambda: nn.Seq2SeqTransformer(5, 5, 8, d_model=8, nhead=2)(
         np.zeros((2, 3), np.int64), np.zeros((2, 3), np.int64), [3, -1]), ValueError, r"lie in \[0, 3\]"),
     ("Seq2Seq lengths size", lambda: nn.Seq2SeqTransformer(5, 5, 8, d_model=8, nhead=2)(

@@ -4,6 +4,7 @@ parameter groups for AdamW, a LambdaLR warm-up, gradient clipping, top-k samplin
 Its PyTorch twin, examples/pytorch/gpt_trainer.py, differs from this file in the import lines only; the
 tests run both from the same weights and compare the losses step by step.
 """
+# ruff: noqa: I001  (the imports are the only lines the two twins do not share; kept in that order)
 
 import math
 
