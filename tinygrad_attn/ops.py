@@ -698,8 +698,11 @@ class _TensorMethods:
 
     def _promoted(self, other: Any, op: str) -> tuple[Tensor, Tensor]:
         """Both operands in the dtype PyTorch computes `self op other` in (a cast is a node of the graph)."""
-        if isinstance(other, Tensor) and other.dtype == self.dtype:
+        kind = type(other)
+        if kind is Tensor and other.dtype == self.dtype:
             return self, other
+        if (kind is float or kind is int) and self.dtype.kind == "f":  # the common case: x * 0.5 keeps x's dtype
+            return self, Tensor._result(np.asarray(other, self.dtype), None)
         number = not isinstance(other, Tensor)
         dtype = result_type(self, other)
         other = self._operand(other)
@@ -712,7 +715,7 @@ class _TensorMethods:
         if op is Div and a.dtype.kind != "f":  # true division of integers gives the default float
             a, b = a.astype(DEFAULT_FLOAT), b.astype(DEFAULT_FLOAT)
         a, b = (b, a) if reverse else (a, b)
-        if a.shape != b.shape:
+        if a.shape != b.shape and a.ndim and b.ndim:  # a 0-d operand broadcasts to anything
             check_broadcast(op.__name__.lower(), a.shape, b.shape)
         return op.apply(a, b)
 
