@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from . import rng
 from .dtypes import DEFAULT_FLOAT, is_number, result_type
 from .engine import Context, Function, Tensor, _short, check_device, device, is_grad_enabled, no_grad, tensor_dtype
 from .kernels.relu import relu_backward, relu_forward
@@ -673,11 +674,6 @@ def _is_dtype_name(value: Any) -> bool:
     return True
 
 
-def _rng() -> Any:
-    from . import rng
-    return rng
-
-
 # --- Tensor's operators and methods: each calls one of the Functions above --------------------------
 
 
@@ -1053,11 +1049,11 @@ class _TensorMethods:
         return self._in_place("index_fill_", lambda t: t.index_fill(dim, index, value))
 
     def normal_(self, mean: float = 0.0, std: float = 1.0) -> Tensor:
-        draw = _rng().generator().normal(mean, std, self.shape)
+        draw = rng.generator().normal(mean, std, self.shape)
         return self._in_place("normal_", lambda t: Tensor._result(draw.astype(self.dtype), None))
 
     def uniform_(self, a: float = 0.0, b: float = 1.0) -> Tensor:
-        draw = _rng().generator().uniform(a, b, self.shape)
+        draw = rng.generator().uniform(a, b, self.shape)
         return self._in_place("uniform_", lambda t: Tensor._result(draw.astype(self.dtype), None))
 
     # --- dtypes and devices ---------------------------------------------------------

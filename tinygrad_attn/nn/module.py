@@ -7,6 +7,7 @@ PyTorch's (`q_proj.weight`, `layers.0.self_attn.out_proj.bias`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,31 +23,18 @@ class Parameter(Tensor):
         super().__init__(data, requires_grad=requires_grad)
 
 
-class _HookInput(Function):
-    """Identity on one input of a module with a backward hook: its backward records dL/d(input)."""
+class _HookPassage(Function):
+    """Identity on one input or output of a module with a backward hook: its backward hands the gradient
+    to `record` (which returns the gradient to pass on)."""
 
     @staticmethod
-    def forward(ctx, x, state, slot):
-        ctx.state, ctx.slot = state, slot
+    def forward(ctx, x, record):
+        ctx.record = record
         return x.view()
 
     @staticmethod
     def backward(ctx, grad):
-        return ctx.state.input_gradient(ctx.slot, grad)
-
-
-class _HookOutput(Function):
-    """Identity on one output of a module with a backward hook: its backward records dL/d(output)."""
-
-    @staticmethod
-    def forward(ctx, x, state, slot):
-        ctx.state, ctx.slot = state, slot
-        return x.view()
-
-    @staticmethod
-    def backward(ctx, grad):
-        ctx.state.output_gradient(ctx.slot, grad)
-        return grad
+        return ctx.record(grad)
 
 
 class _BackwardHookState:
@@ -63,21 +51,23 @@ class _BackwardHookState:
         args = list(args)
         for k, i in enumerate(self.tensor_slots):
             if args[i].requires_grad:
-                args[i] = _HookInput.apply(args[i], state=self, slot=k)
+                args[i] = _HookPassage.apply(args[i], record=functools.partial(self.input_gradient, k))
                 self.waiting += 1
         return tuple(args)
 
     def wrap_outputs(self, output: Any) -> Any:
         outputs = output if isinstance(output, tuple) else (output,)
         self.grad_output = [None] * len(outputs)
-        wrapped = tuple(_HookOutput.apply(o, state=self, slot=k) if isinstance(o, Tensor) and o.requires_grad
+        wrapped = tuple(_HookPassage.apply(o, record=functools.partial(self.output_gradient, k))
+                        if isinstance(o, Tensor) and o.requires_grad
                         else o for k, o in enumerate(outputs))
         return wrapped if isinstance(output, tuple) else wrapped[0]
 
-    def output_gradient(self, slot: int, grad: Any) -> None:
+    def output_gradient(self, slot: int, grad: Any) -> Any:
         self.grad_output[slot] = Tensor._result(grad, None)
         if self.waiting == 0:  # no input needs a gradient: PyTorch calls the hooks with grad_input (None, ...)
             self._call(None)
+        return grad
 
     def input_gradient(self, slot: int, grad: Any) -> Any:
         self.grad_input[slot] = Tensor._result(grad, None)
