@@ -2,8 +2,8 @@
 
 1. The engine's fixed cost per op: a chain of small elementwise ops on a (4, 4) tensor, forward and
    backward, microseconds per op (the cost that dominates a tiny model).
-2. ms per training step of examples/gpt_trainer.py against its PyTorch twin examples/pytorch/gpt_trainer.py,
-   from the same weights.
+2. ms per training step of the ported programs in examples/ (gpt_trainer.py, transformer_copy.py) against
+   their PyTorch twins in examples/pytorch/, from the same weights (the model is built outside the timing).
 
 Medians over interleaved rounds (the machine is shared and noisy).
 
@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+PROGRAMS = ("gpt_trainer.py", "transformer_copy.py")
 
 
 def _load(path: pathlib.Path, name: str):
@@ -42,9 +43,15 @@ def op_chain(lib, n_ops: int) -> float:
 
 
 def train_steps(module, weights, steps: int) -> float:
-    """Seconds per training step of the example's own loop (batches of 16, AdamW, clipping, warm-up)."""
+    """Seconds per training step of the example's own `train` loop, from the given weights."""
+    model, _, _ = module.main(steps=0, weights=weights)
+    if hasattr(module, "SequenceDataset"):  # gpt_trainer: batches come from a Dataset
+        dataset = module.SequenceDataset(module.np.arange(4000) % 11, block_size=8)
+        run = lambda: module.train(model, dataset, steps)  # noqa: E731
+    else:  # transformer_copy: batches come from its generator
+        run = lambda: module.train(model, steps)  # noqa: E731
     start = time.perf_counter()
-    module.main(steps=steps, weights=weights)
+    run()
     return (time.perf_counter() - start) / steps
 
 
@@ -62,29 +69,36 @@ def main() -> None:
 
     ta.set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
-    ours = _load(EXAMPLES / "gpt_trainer.py", "ours_gpt_trainer")
-    twin = _load(EXAMPLES / "pytorch" / "gpt_trainer.py", "twin_gpt_trainer")
-    model, _, _ = ours.main(steps=0)
-    weights = {k: np.array(v) for k, v in model.state_dict().items()}
+    programs = {}
+    for name in PROGRAMS:
+        ours = _load(EXAMPLES / name, f"ours_{name[:-3]}")
+        twin = _load(EXAMPLES / "pytorch" / name, f"twin_{name[:-3]}")
+        model, _, _ = ours.main(steps=0)
+        programs[name] = (ours, twin, {k: np.array(v) for k, v in model.state_dict().items()})
     for lib in (ta, torch):  # warm up (numba compiles, caches fill)
         op_chain(lib, 200)
-    train_steps(ours, weights, 3)
-    train_steps(twin, weights, 3)
+    for ours, twin, weights in programs.values():
+        train_steps(ours, weights, 3)
+        train_steps(twin, weights, 3)
 
-    times: dict[str, list[float]] = {k: [] for k in ("ops ours", "ops torch", "step ours", "step torch")}
-    for _ in range(args.rounds):  # interleaved: each round measures all four
+    times: dict[str, list[float]] = {"ops ours": [], "ops torch": []}
+    for name in PROGRAMS:
+        times[f"{name} ours"], times[f"{name} torch"] = [], []
+    for _ in range(args.rounds):  # interleaved: each round measures everything once
         times["ops ours"].append(op_chain(ta, args.ops) / args.ops * 1e6)
         times["ops torch"].append(op_chain(torch, args.ops) / args.ops * 1e6)
-        times["step ours"].append(train_steps(ours, weights, args.steps) * 1e3)
-        times["step torch"].append(train_steps(twin, weights, args.steps) * 1e3)
+        for name, (ours, twin, weights) in programs.items():
+            times[f"{name} ours"].append(train_steps(ours, weights, args.steps) * 1e3)
+            times[f"{name} torch"].append(train_steps(twin, weights, args.steps) * 1e3)
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"threads {args.threads}, rounds {args.rounds} (medians)")
     print("| measure | tinygrad_attn | PyTorch | ratio |")
     print("|---|---|---|---|")
     print(f"| us per small op, forward + backward | {med['ops ours']:.1f} | {med['ops torch']:.1f} | "
           f"{med['ops ours'] / med['ops torch']:.2f} |")
-    print(f"| ms per step, examples/gpt_trainer.py | {med['step ours']:.2f} | {med['step torch']:.2f} | "
-          f"{med['step ours'] / med['step torch']:.2f} |")
+    for name in PROGRAMS:
+        a, b = med[f"{name} ours"], med[f"{name} torch"]
+        print(f"| ms per step, examples/{name} | {a:.2f} | {b:.2f} | {a / b:.2f} |")
 
 
 if __name__ == "__main__":

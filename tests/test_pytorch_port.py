@@ -55,7 +55,7 @@ def test_tied_weight_is_updated_and_clipped_once():
 
 def test_load_state_dict_validates_everything_before_assigning():
     model = Tied()
-    before = {k: v.copy() for k, v in model.state_dict().items()}
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     bad = dict(before)
     bad["wte.weight"] = before["wte.weight"] + 1
     bad["scale"] = np.ones(5)  # wrong shape, checked after wte.weight in order
@@ -64,7 +64,7 @@ def test_load_state_dict_validates_everything_before_assigning():
     for key, value in model.state_dict().items():
         np.testing.assert_array_equal(value, before[key])
     with pytest.raises(ValueError, match="complex"):
-        model.load_state_dict({**before, "scale": before["scale"] + 0j})
+        model.load_state_dict({**before, "scale": before["scale"].numpy() + 0j})
 
 
 def test_module_dict_apply_named_modules_to_and_zero_grad():
@@ -215,7 +215,7 @@ def test_tied_model_trains_like_pytorch():
             return self.lm_head(self.ln(self.wte(idx)) * self.scale)
 
     theirs = TorchTied()
-    theirs.load_state_dict({k: torch.tensor(v) for k, v in ours.state_dict().items()})
+    theirs.load_state_dict({k: torch.tensor(v.numpy()) for k, v in ours.state_dict().items()})
     groups = lambda named: [{"params": [p for _, p in named if p.ndim >= 2], "weight_decay": 0.1},  # noqa: E731
                             {"params": [p for _, p in named if p.ndim < 2], "weight_decay": 0.0}]
     opt = optim.AdamW(groups(list(ours.named_parameters())), lr=0.05, betas=(0.9, 0.95))

@@ -445,3 +445,20 @@ def test_module_level_functions_are_the_methods():
     from tinygrad_attn.optim.lr_scheduler import LambdaLR  # an importable module, as torch.optim.lr_scheduler
 
     assert LambdaLR is ta.optim.LambdaLR
+
+
+def test_a_complex_number_is_refused_not_truncated():
+    x = ta.ones(2)
+    for op in (lambda: x + 1j, lambda: 1j * x, lambda: x * np.complex64(2)):
+        with pytest.raises(TypeError, match="complex numbers are not supported"):
+            op()
+
+
+def test_state_dict_values_are_detached_tensors_sharing_memory():
+    lin = ta.nn.Linear(2, 3)
+    state = lin.state_dict()
+    assert isinstance(state["weight"], ta.Tensor) and not state["weight"].requires_grad
+    snapshot = state["weight"].clone()
+    with ta.no_grad():
+        lin.weight.add_(1.0)
+    np.testing.assert_array_equal(state["weight"].numpy(), snapshot.numpy() + 1)  # shares memory, as PyTorch

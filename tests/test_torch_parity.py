@@ -165,7 +165,7 @@ def test_encoder_layer_matches_torch():
         for ours_name, theirs_name in [("ff.linear1", "linear1"), ("ff.linear2", "linear2"),
                                        ("norm1", "norm1"), ("norm2", "norm2")]:
             for p in ("weight", "bias"):
-                mapped[f"{theirs_name}.{p}"] = torch.tensor(sd[f"{ours_name}.{p}"])
+                mapped[f"{theirs_name}.{p}"] = torch.tensor(sd[f"{ours_name}.{p}"].numpy())
         theirs.load_state_dict(mapped)
         x = rng.normal(size=(2, 5, 8))
         expected = theirs(t(x, False), src_mask=torch.nn.Transformer.generate_square_subsequent_mask(5),

@@ -48,6 +48,8 @@ def _number_dtype(value: Any) -> np.dtype:
         return bool
     if isinstance(value, (builtins.int, np.integer)):
         return long
+    if isinstance(value, (builtins.complex, np.complexfloating)):
+        raise TypeError(f"complex numbers are not supported (real dtypes only), got {value!r}")
     return DEFAULT_FLOAT
 
 

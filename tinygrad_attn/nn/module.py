@@ -235,10 +235,11 @@ class Module:
         return sum(p.numel() for p in self.parameters())
 
     # --- state ----------------------------------------------------------------------
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Every parameter name (both names of a tied weight, as PyTorch) and persistent buffer -> a copy."""
-        state = {name: p._data.copy() for name, p in self._named_members()}
-        state.update({name: b._data.copy() for name, b in self.named_buffers(persistent_only=True)})
+    def state_dict(self) -> dict[str, Tensor]:
+        """Every parameter name (both names of a tied weight, as PyTorch) and persistent buffer -> a detached
+        Tensor sharing its memory, as in PyTorch: training on changes it, so snapshot with `.clone()`."""
+        state = {name: Tensor(p._data) for name, p in self._named_members()}
+        state.update({name: Tensor(b._data) for name, b in self.named_buffers(persistent_only=True)})
         return state
 
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
