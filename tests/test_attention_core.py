@@ -49,19 +49,19 @@ def test_sdpa_kernel_chooses_the_path_and_the_math_path_is_made_of_primitives():
 def test_sdpa_kernel_as_decorator_nests_and_is_per_thread():
     @ta.sdpa_kernel("math")
     def inner():
-        return F._allowed_kernels.get()
+        return F._allowed_kernels.value.get()
 
     assert inner() == ("math",)
     with ta.sdpa_kernel("flash"):
-        assert F._allowed_kernels.get() == ("flash",)
+        assert F._allowed_kernels.value.get() == ("flash",)
         assert inner() == ("math",)
-        assert F._allowed_kernels.get() == ("flash",)
+        assert F._allowed_kernels.value.get() == ("flash",)
         other = []
-        thread = threading.Thread(target=lambda: other.append(F._allowed_kernels.get()))
+        thread = threading.Thread(target=lambda: other.append(F._allowed_kernels.value.get()))
         thread.start()
         thread.join()
         assert other == [("math", "flash")]  # another thread keeps the default
-    assert F._allowed_kernels.get() == ("math", "flash")
+    assert F._allowed_kernels.value.get() == ("math", "flash")
 
 
 def test_sdpa_kernel_errors():

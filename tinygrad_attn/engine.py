@@ -26,9 +26,51 @@ from typing import Any
 
 import numpy as np
 
+
+class ScopedSetting:
+    """A setting per thread and per async context that `with` blocks push and pop (grad mode, sdpa_kernel).
+
+    Its value is the innermost active entry's, so blocks exited out of order (by hand) still leave the
+    right value, and one thread's block never changes another thread's setting. `set` replaces the
+    innermost entry's value (a plain call such as `set_grad_enabled(False)`), and returns what it was.
+    """
+
+    def __init__(self, name: str, default: Any):
+        self.name, self.default = name, default
+        self.value: contextvars.ContextVar = contextvars.ContextVar(name, default=default)  # read on every op
+        self._entries: contextvars.ContextVar[tuple] = contextvars.ContextVar(name + "_entries", default=())
+
+    def push(self, value: Any) -> object:
+        entry = object()
+        self._entries.set(self._entries.get() + ((entry, value),))
+        self.value.set(value)
+        return entry
+
+    def pop(self, entry: object, who: str) -> None:
+        entries = self._entries.get()
+        for i in range(len(entries) - 1, -1, -1):
+            if entries[i][0] is entry:
+                break
+        else:
+            raise RuntimeError(f"{who}: __exit__ in another thread or context than its __enter__")
+        entries = entries[:i] + entries[i + 1:]
+        self._entries.set(entries)
+        self.value.set(entries[-1][1] if entries else self.default)
+
+    def set(self, value: Any) -> Any:
+        entries, previous = self._entries.get(), self.value.get()
+        if entries:
+            self._entries.set(entries[:-1] + ((entries[-1][0], value),))
+        else:  # outside every block: the thread's own value from now on
+            self._entries.set(((None, value),))
+        self.value.set(value)
+        return previous
+
+
 # Grad mode is per thread and per async context, as PyTorch's is per thread: one thread inside
 # `no_grad` never stops another from recording its graph.
-_grad_mode: contextvars.ContextVar[bool] = contextvars.ContextVar("tinygrad_attn_grad_mode", default=True)
+_grad_setting = ScopedSetting("tinygrad_attn_grad_mode", True)
+_grad_mode = _grad_setting.value
 
 
 def is_grad_enabled() -> bool:
@@ -39,7 +81,7 @@ def is_grad_enabled() -> bool:
 class _GradMode:
     """Base of no_grad / enable_grad / inference_mode: a context manager and decorator that sets grad mode
     for this thread and restores it on exit. One instance may be entered again while it is active (nested
-    or from several threads): each entry keeps its own token, per thread."""
+    or from several threads): each entry is its own, per thread."""
 
     enabled = True
 
@@ -53,17 +95,13 @@ class _GradMode:
         return stack
 
     def __enter__(self) -> None:
-        self._stack().append(_grad_mode.set(self.enabled))
+        self._stack().append(_grad_setting.push(self.enabled))
 
     def __exit__(self, *exc: object) -> None:
         stack = self._stack()
         if not stack:
             raise RuntimeError(f"{type(self).__name__}: __exit__ without a matching __enter__ in this thread")
-        token = stack.pop()
-        try:
-            _grad_mode.reset(token)
-        except ValueError:  # entered in another async context: restore the value it saw
-            _grad_mode.set(True if token.old_value is contextvars.Token.MISSING else token.old_value)
+        _grad_setting.pop(stack.pop(), type(self).__name__)
 
     def __call__(self, fn: Callable) -> Callable:
         mode = type(self)
@@ -121,10 +159,13 @@ class set_grad_enabled(_GradMode):
         if not isinstance(mode, (bool, np.bool_)):
             raise TypeError(f"set_grad_enabled: mode must be a bool, got {mode!r}")
         self.enabled = bool(mode)
-        self._stack().append(_grad_mode.set(self.enabled))
+        self._previous = _grad_setting.set(self.enabled)
 
     def __enter__(self) -> None:
         pass  # already set by the constructor
+
+    def __exit__(self, *exc: object) -> None:
+        _grad_setting.set(self._previous)
 
     def __call__(self, fn: Callable) -> Callable:
         self.__exit__()

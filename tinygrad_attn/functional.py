@@ -12,14 +12,14 @@ float mask is added to the scores (0 or -inf). Masks broadcast against
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import math
+import threading
 from typing import Any
 
 import numpy as np
 
 from . import rng
-from .engine import Function, Tensor
+from .engine import Function, ScopedSetting, Tensor
 from .kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from .kernels.flash import as_group_grid, flash_attention_backward, flash_attention_forward, grid_bias
 from .kernels.gelu import gelu_backward, gelu_forward
@@ -343,8 +343,7 @@ def _heads(inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.n
 # --- scaled dot-product attention: two implementations behind one seam -------------------------------
 
 SDPA_KERNELS = ("math", "flash")
-_allowed_kernels: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("sdpa_kernels",
-                                                                                   default=SDPA_KERNELS)
+_allowed_kernels = ScopedSetting("tinygrad_attn_sdpa_kernels", SDPA_KERNELS)
 
 
 class sdpa_kernel(contextlib.ContextDecorator):
@@ -354,29 +353,43 @@ class sdpa_kernel(contextlib.ContextDecorator):
             out = F.scaled_dot_product_attention(q, k, v)
 
     "math" composes matmul, masked_fill, softmax, dropout and matmul, so every step is a node of the
-    graph; "flash" is the fused kernel, one node. Also a decorator. The choice is per thread (a
-    context variable). By default both are allowed and flash runs unless the weights or dropout are
-    asked for, which only the math path gives.
+    graph; "flash" is the fused kernel, one node. Also a decorator. The choice is per thread (and per
+    async context); blocks exited out of order still leave the innermost active one in force. By default
+    both are allowed and flash runs unless the weights or dropout are asked for, which only the math
+    path gives.
     """
 
     def __init__(self, *kernels: str | list[str] | tuple[str, ...]):
-        names = tuple(n for k in kernels for n in ((k,) if isinstance(k, str) else tuple(k)))
+        names = []
+        for k in kernels:
+            if isinstance(k, str):
+                names.append(k)
+            elif isinstance(k, (list, tuple)) and all(isinstance(n, str) for n in k):
+                names.extend(k)
+            else:
+                raise TypeError(f"sdpa_kernel: kernels must be names from {SDPA_KERNELS} (or lists of them), "
+                                f"got {k!r}")
         unknown = [n for n in names if n not in SDPA_KERNELS]
         if unknown or not names:
             raise ValueError(f"sdpa_kernel: unknown kernel name(s) {unknown or names!r}; choose from {SDPA_KERNELS}")
-        self.kernels = names
-        self._tokens: list[contextvars.Token] = []
+        self.kernels = tuple(names)
+        self._entries = threading.local()
 
     def __enter__(self) -> sdpa_kernel:
-        self._tokens.append(_allowed_kernels.set(self.kernels))
+        if not hasattr(self._entries, "stack"):
+            self._entries.stack = []
+        self._entries.stack.append(_allowed_kernels.push(self.kernels))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _allowed_kernels.reset(self._tokens.pop())
+        stack = getattr(self._entries, "stack", None)
+        if not stack:
+            raise RuntimeError("sdpa_kernel: __exit__ without a matching __enter__ in this thread")
+        _allowed_kernels.pop(stack.pop(), "sdpa_kernel")
 
 
 def _choose_kernel(needs_math: bool, op: str) -> str:
-    allowed = _allowed_kernels.get()
+    allowed = _allowed_kernels.value.get()
     if needs_math:
         if "math" not in allowed:
             raise RuntimeError(f"{op}: the attention weights and dropout need the math kernel, "

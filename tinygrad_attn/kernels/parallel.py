@@ -33,6 +33,7 @@ import glob
 import itertools
 import os
 import threading
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -185,9 +186,30 @@ def _numba_ready() -> bool:
             if _PRANGE_OK is None:
                 safe = _safe_numba_layer()
                 if safe:
-                    _start_numba_threads()
+                    try:
+                        _start_numba_threads()
+                    except (ValueError, RuntimeError, ImportError) as err:  # the layer asked for cannot load
+                        warnings.warn(f"tinygrad_attn: numba's threading layer did not start "
+                                      f"({str(err).splitlines()[0][:160]}); parallel work runs on Python threads "
+                                      "instead", RuntimeWarning, stacklevel=2)
+                        safe = False
                 _PRANGE_OK = safe
     return _PRANGE_OK
+
+
+def _after_fork_in_child() -> None:
+    """A forked child cannot use the threads its parent started (GNU OpenMP kills a child that tries, and
+    the parent's Python threads do not exist in it): the child runs numba's kernels on its calling thread
+    and starts a fresh pool of Python threads when parallel work pays."""
+    global _PRANGE_OK, _pools_lock, _prange_lock
+    _PRANGE_OK = False if _PRANGE_OK else None  # started in the parent: never again; else free to start
+    _pools.clear()
+    _pools_lock, _prange_lock = threading.Lock(), threading.Lock()
+    _tasks.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _start_numba_threads() -> None:
