@@ -85,3 +85,66 @@ def test_seq2seq_generation_runs_the_encoder_once_and_matches_full_decoding():
     np.testing.assert_array_equal(got, tokens)
     stopped = model.translate(src, 6, bos=1, eos=int(tokens[0, 2]), src_lengths=lengths, top_k=1)
     assert stopped[0, 2] == tokens[0, 2] and np.all(stopped[0, 2:] == tokens[0, 2])
+
+
+# --- a cache that cannot serve the wrong keys ---------------------------------------------------------------
+
+def test_a_refused_call_leaves_the_cache_as_it_was():
+    model = small_lm()
+    tokens = np.random.default_rng(3).integers(0, 11, (2, 6))
+    cache = nn.KVCache()
+    model(tokens[:, :3], kv_cache=cache)
+    for bad in (tokens[:1, 3:4], np.concatenate([tokens, tokens[:1]])[:, 3:4]):  # batch 2 -> 1, 2 -> 3
+        with pytest.raises(ValueError, match="holds a batch of 2 sequences"):
+            model(bad, kv_cache=cache)
+    with pytest.raises(ValueError, match="exceed max_len"):  # fails inside the model, after the checks
+        model(np.zeros((2, 10), np.int64), kv_cache=cache)
+    assert cache.length == 3
+    rest = [model(tokens[:, i:i + 1], kv_cache=cache).numpy() for i in range(3, 6)]
+    np.testing.assert_allclose(np.concatenate(rest, axis=1), model(tokens).numpy()[:, 3:], rtol=1e-10, atol=1e-12)
+
+
+def test_a_cache_belongs_to_one_model():
+    first, second = small_lm(seed=0), small_lm(seed=1)
+    cache = nn.KVCache()
+    first(np.array([[1, 2, 3]]), kv_cache=cache)
+    with pytest.raises(ValueError, match="holds the keys of another CausalLM"):
+        second(np.array([[4]]), kv_cache=cache)
+    cache.reset()
+    np.testing.assert_allclose(second(np.array([[4]]), kv_cache=cache).numpy(), second(np.array([[4]])).numpy())
+
+
+def test_a_new_module_never_reads_a_dead_modules_keys():
+    cache = nn.KVCache()
+    x = ta.randn(1, 3, 8)
+    nn.MultiHeadAttention(8, 2)(x, kv_cache=cache)
+    for _ in range(20):  # new modules, some of which may get the dead one's id()
+        with pytest.raises(ValueError, match="holds the keys of another MultiHeadAttention"):
+            nn.MultiHeadAttention(8, 2)(x, kv_cache=cache)
+
+
+def test_cross_attention_cache_refuses_another_memory():
+    ta.manual_seed(0)
+    mha = nn.MultiHeadAttention(8, 2)
+    query, memory = ta.randn(2, 1, 8), ta.randn(2, 5, 8)
+    cache = nn.KVCache()
+    mha(query, memory, kv_cache=cache)
+    same = ta.tensor(memory.numpy().copy())  # equal values in a new tensor: the same memory
+    np.testing.assert_allclose(mha(query, same, kv_cache=cache)[0].numpy(), mha(query, memory)[0].numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="computed from another memory"):
+        mha(query, memory * 2, kv_cache=cache)
+
+
+def test_gradients_reach_every_projection_through_the_cache():
+    model = small_lm()
+    tokens = np.random.default_rng(4).integers(0, 11, (2, 5))
+    model(tokens).sum().backward()
+    want = {name: p.grad.numpy().copy() for name, p in model.named_parameters()}
+    model.zero_grad()
+    cache = nn.KVCache()
+    pieces = [model(tokens[:, :2], kv_cache=cache), model(tokens[:, 2:4], kv_cache=cache),
+              model(tokens[:, 4:], kv_cache=cache)]
+    ta.cat(pieces, dim=1).sum().backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None, name
+        np.testing.assert_allclose(p.grad.numpy(), want[name], rtol=1e-8, atol=1e-10, err_msg=name)

@@ -402,17 +402,14 @@ def attention_math(q: Tensor, k: Tensor, v: Tensor, mask: np.ndarray | None, is_
                    scale: float) -> tuple[Tensor, Tensor]:
     """The readable path: softmax(q k^T * scale + mask) v from primitive ops. Returns (out, weights)."""
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
-    hidden = None  # True where a query may NOT attend
-    if mask is not None and mask.dtype == np.bool_:
-        hidden = ~mask
-    elif mask is not None:
-        scores = scores + Tensor(mask.astype(scores.dtype))  # an additive mask: 0 or -inf
-    if is_causal:
-        future = ~causal_mask(*scores.shape[-2:])._data  # (Tq, Tk): key j > query i
-        hidden = future if hidden is None else hidden | future
-    if hidden is not None:
-        scores = scores.masked_fill(hidden, -np.inf)  # no probability, no gradient
-    weights = softmax(scores, dim=-1)  # (..., Tq, Tk): rows sum to 1, or are 0 where nothing may be seen
+    if mask is not None:  # a bool mask adds -inf where hidden, as PyTorch's math path: a NaN score stays NaN
+        bias = np.where(mask, 0.0, -np.inf) if mask.dtype == np.bool_ else mask
+        scores = scores + Tensor(bias.astype(scores.dtype))
+    future = ~causal_mask(*scores.shape[-2:])._data if is_causal else None  # (Tq, Tk): key j > query i
+    # the future gets probability exactly 0, as in the flash kernel, which never looks at it: a NaN in a
+    # later position never reaches an earlier one
+    weights = softmax(scores, dim=-1, mask=None if future is None else ~future)  # (..., Tq, Tk): rows sum to 1,
+    # or are 0 where nothing may be seen
     out = dropout(weights, dropout_p) @ v  # (..., Tq, dv)
     return out, weights
 

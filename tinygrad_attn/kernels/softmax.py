@@ -4,7 +4,8 @@ Shapes: x (R, N) C-contiguous, keep (R, N) bool (True = may attend) or an
 empty (0, 0) array for "no mask". A row with nothing to attend to (every entry
 masked or -inf) gives zeros in both softmax and log-softmax, and zero
 gradient. Inside a live row, a masked entry has probability 0 (log-prob -inf)
-and receives no gradient. A NaN in a row's kept entries makes the whole row NaN.
+and receives no gradient. A NaN in a row's kept entries makes the row's kept entries NaN; its masked
+entries stay 0.
 
     forward:  y_j = exp(x_j - m) / sum_k exp(x_k - m),   m = max_k x_k
     softmax backward:      dx_j = y_j (g_j - sum_k g_k y_k)
@@ -70,8 +71,12 @@ def _softmax_rows(x, keep, out, lse, start, stop):
             total += e
         lse[r] = m + np.log(total if total != 0 else x.dtype.type(1))  # a dead row: m = -inf, total = 0
         inverse = x.dtype.type(1) / total if total != 0 else x.dtype.type(0)  # a dead row's exps are 0; NaN spreads
-        for j in range(x.shape[1]):
-            out[r, j] *= inverse
+        if has_mask:  # a masked entry stays exactly 0, even in a row a NaN has reached
+            for j in range(x.shape[1]):
+                out[r, j] = out[r, j] * inverse if keep[r, j] else x.dtype.type(0)
+        else:
+            for j in range(x.shape[1]):
+                out[r, j] *= inverse
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")

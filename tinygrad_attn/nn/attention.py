@@ -6,6 +6,7 @@ d = E / H the head size.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from .. import functional as F
 from ..engine import Tensor
 from ..masks import causal_mask
-from ..ops import check_tensor
+from ..ops import cat, check_tensor
 from .layers import Linear, PackedLinearFunction
 from .module import Module
 
@@ -23,13 +24,25 @@ class KVCache:
 
     Self-attention appends each new position's k and v (B, H, T, d) and attends over all of them;
     cross-attention computes its keys and values from the encoder's memory once. `length` counts the
-    positions the model has fed through so far (the model advances it). Holds arrays, not graphs:
-    generation runs without gradients.
+    positions the model has fed through so far (the model advances it).
+
+    A cache belongs to the first model (or lone attention module) that fills it and to one batch size:
+    another model, another batch size, or cross-attention over another memory is a clear ValueError,
+    never stale keys; `reset()` empties it for a new use. A call that fails leaves it as it was
+    (`transaction`). With gradients on, the cached keys stay in the graph, so every projection gets its
+    gradient; without (generation), only arrays are kept.
     """
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything: owner, batch size, keys and values."""
         self.length = 0
-        self._store: dict[int, list] = {}
+        self.owner: Module | None = None
+        self.batch: int | None = None
+        self._members: set[int] = set()
+        self._store: dict[Module, dict] = {}  # keyed by the module itself (never by an id a new one could get)
 
     @staticmethod
     def check(cache: Any, op: str) -> KVCache | None:
@@ -38,32 +51,79 @@ class KVCache:
             raise TypeError(f"{op}: kv_cache must be a KVCache or None, got {type(cache).__name__}")
         return cache
 
+    def claim(self, owner: Module, batch: int, op: str) -> None:
+        """Check (before anything changes) that `owner` may use this cache for `batch` rows; the first
+        caller becomes the owner. A module of the owning model may use it too."""
+        if self.owner is None:
+            self.owner, self.batch = owner, batch
+            self._members = {id(m) for m in owner.modules()}  # the owner is held, so these ids stay its own
+        elif owner is not self.owner and id(owner) not in self._members:
+            raise ValueError(f"{op}: this KVCache holds the keys of another {type(self.owner).__name__}; "
+                             "use a new KVCache() for each model (or cache.reset())")
+        if batch != self.batch:
+            raise ValueError(f"{op}: this KVCache holds a batch of {self.batch} sequences, got {batch}; "
+                             "use a new KVCache() for another batch (or cache.reset())")
+
+    @contextlib.contextmanager
+    def transaction(self):
+        """Undo whatever a failing call added: positions appended, entries created, length advanced."""
+        saved = (self.length, self.owner, self.batch, self._members, dict(self._store),
+                 {m: (e["n"], len(e["k_parts"])) for m, e in self._store.items() if "n" in e})
+        try:
+            yield self
+        except BaseException:
+            self.length, self.owner, self.batch, self._members, store, counts = saved
+            self._store = store
+            for module, (n, parts) in counts.items():
+                entry = store[module]
+                entry["n"] = n
+                del entry["k_parts"][parts:], entry["v_parts"][parts:]
+            raise
+
     def extend(self, module: Module, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append k, v (B, H, T, d) for `module`; returns all its keys and values so far (B, H, P + T, d)."""
-        entry = self._store.get(id(module))
+        entry = self._store.get(module)
+        if entry is not None and entry["keys"].shape[:2] != k.shape[:2]:
+            raise ValueError(f"MultiHeadAttention: this KVCache holds keys of shape (B, H) = "
+                             f"{entry['keys'].shape[:2]}, got {k.shape[:2]}; use a new KVCache()")
         if entry is None:
             capacity = max(16, 2 * k.shape[2])
-            entry = [np.empty(k.shape[:2] + (capacity, k.shape[3]), k.dtype),
-                     np.empty(v.shape[:2] + (capacity, v.shape[3]), v.dtype), 0]
-            self._store[id(module)] = entry
-        keys, values, n = entry
+            entry = {"keys": np.empty(k.shape[:2] + (capacity, k.shape[3]), k.dtype),
+                     "values": np.empty(v.shape[:2] + (capacity, v.shape[3]), v.dtype), "n": 0,
+                     "k_parts": [], "v_parts": []}
+            self._store[module] = entry
+        keys, values, n = entry["keys"], entry["values"], entry["n"]
         if n + k.shape[2] > keys.shape[2]:  # grow by doubling: appending stays linear in total
             capacity = 2 * (n + k.shape[2])
             grown = [np.empty(a.shape[:2] + (capacity, a.shape[3]), a.dtype) for a in (keys, values)]
             grown[0][:, :, :n], grown[1][:, :, :n] = keys[:, :, :n], values[:, :, :n]
-            keys, values = grown
+            keys, values = entry["keys"], entry["values"] = grown
         keys[:, :, n : n + k.shape[2]] = k._data
         values[:, :, n : n + v.shape[2]] = v._data
-        entry[:] = [keys, values, n + k.shape[2]]
-        return Tensor(keys[:, :, : entry[2]]), Tensor(values[:, :, : entry[2]])
+        entry["n"] = n + k.shape[2]
+        if entry["k_parts"] or k.requires_grad or v.requires_grad:  # under autograd: keep the graph's pieces
+            if not entry["k_parts"]:
+                entry["start"] = n  # positions before this one were cached without a graph
+            entry["k_parts"].append(k)
+            entry["v_parts"].append(v)
+            start = entry["start"]
+            head_k, head_v = Tensor(keys[:, :, :start].copy()), Tensor(values[:, :, :start].copy())
+            return cat([head_k, *entry["k_parts"]], dim=2), cat([head_v, *entry["v_parts"]], dim=2)
+        return Tensor(keys[:, :, : entry["n"]]), Tensor(values[:, :, : entry["n"]])
 
-    def constant(self, module: Module, compute) -> tuple[Tensor, Tensor]:
-        """Keys and values that do not grow (cross-attention's, from the memory): computed on first use."""
-        if id(module) not in self._store:
+    def constant(self, module: Module, memory: Tensor, compute) -> tuple[Tensor, Tensor]:
+        """Keys and values that do not grow (cross-attention's, from `memory`): computed on first use. A later
+        call with another memory is refused, never answered from the old one."""
+        entry = self._store.get(module)
+        if entry is None:
             k, v = compute()
-            self._store[id(module)] = [k._data, v._data, k.shape[2]]
-        keys, values, _ = self._store[id(module)]
-        return Tensor(keys), Tensor(values)
+            self._store[module] = {"memory": memory, "k": k, "v": v}
+            return k, v
+        known = entry["memory"]
+        if memory is not known and (memory.shape != known.shape or not np.array_equal(memory._data, known._data)):
+            raise ValueError("MultiHeadAttention: this KVCache holds cross-attention keys computed from another "
+                             "memory; use a new KVCache() for a new source (or cache.reset())")
+        return entry["k"], entry["v"]
 
 
 class MultiHeadAttention(Module):
@@ -171,13 +231,16 @@ class MultiHeadAttention(Module):
             raise ValueError(f"MultiHeadAttention: query must be (B, T, {self.embed_dim}) with a kv_cache, "
                              f"got {query.shape}")
         b, tq, e = query.shape
+        cache.claim(self, b, "MultiHeadAttention")
         q = self._split_heads(self.q_proj(query))  # (B, H, Tq, d)
         if self_attention:
             k, v = cache.extend(self, self._split_heads(self.k_proj(query)), self._split_heads(self.v_proj(query)))
         else:
             value = key if value is None else value
-            k, v = cache.constant(self, lambda: (self._split_heads(self.k_proj(key)),
-                                                 self._split_heads(self.v_proj(value))))  # (B, H, Tk, d)
+            if key.ndim != 3 or key.shape[0] != b:
+                raise ValueError(f"MultiHeadAttention: key must be (B={b}, T, E) with a kv_cache, got {key.shape}")
+            k, v = cache.constant(self, key, lambda: (self._split_heads(self.k_proj(key)),
+                                                      self._split_heads(self.v_proj(value))))  # (B, H, Tk, d)
         past = k.shape[2] - tq if self_attention else 0  # positions before this call's queries
         if is_causal:
             future = ~causal_mask(tq, k.shape[2], offset=past)._data  # (Tq, P + Tq)

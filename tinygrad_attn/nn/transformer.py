@@ -140,16 +140,23 @@ class CausalLM(Module):
 
     def forward(self, tokens: Any, return_attention: bool = False, kv_cache: KVCache | None = None) -> Any:
         """Logits (B, T, vocab). With a `kv_cache`, `tokens` continue the positions it holds."""
-        offset = 0 if KVCache.check(kv_cache, "CausalLM") is None else kv_cache.length
-        x = self.position(self.embed(tokens), offset)  # (B, T, E)
-        for layer in self.layers:
-            x = layer(x, is_causal=True, need_weights=return_attention, kv_cache=kv_cache)
-        if kv_cache is not None:
-            kv_cache.length += x.shape[1]
+        if KVCache.check(kv_cache, "CausalLM") is None:
+            x = self._blocks(tokens, 0, return_attention, None)
+        else:
+            kv_cache.claim(self, np.shape(tokens)[0] if np.ndim(tokens) == 2 else -1, "CausalLM")
+            with kv_cache.transaction():  # a refused call leaves the cache as it was
+                x = self._blocks(tokens, kv_cache.length, return_attention, kv_cache)
+                kv_cache.length += x.shape[1]
         logits = self.head(self.norm(x))  # (B, T, vocab)
         if return_attention:
             return logits, [layer.attn_weights for layer in self.layers]  # each (B, H, T, T)
         return logits
+
+    def _blocks(self, tokens: Any, offset: int, return_attention: bool, kv_cache: KVCache | None) -> Tensor:
+        x = self.position(self.embed(tokens), offset)  # (B, T, E)
+        for layer in self.layers:
+            x = layer(x, is_causal=True, need_weights=return_attention, kv_cache=kv_cache)
+        return x
 
     @no_grad()
     def generate(self, tokens: Any, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
@@ -270,10 +277,12 @@ class Seq2SeqTransformer(Module):
     translate = generate
 
     def _decode_cached(self, tgt: np.ndarray, memory: Tensor, mask: Any, cache: KVCache) -> Tensor:
-        x = self.tgt_position(self.tgt_embed(tgt), cache.length)  # (B, Tnew, E)
-        for layer in self.decoder:
-            x = layer(x, memory, memory_mask=mask, kv_cache=cache)
-        cache.length += tgt.shape[1]
+        cache.claim(self, tgt.shape[0], "Seq2SeqTransformer")
+        with cache.transaction():  # a refused call leaves the cache as it was
+            x = self.tgt_position(self.tgt_embed(tgt), cache.length)  # (B, Tnew, E)
+            for layer in self.decoder:
+                x = layer(x, memory, memory_mask=mask, kv_cache=cache)
+            cache.length += tgt.shape[1]
         return self.head(self.decoder_norm(x))  # (B, Tnew, vocab)
 
     def forward(self, src: Any, tgt: Any, src_lengths: Any = None, return_attention: bool = False) -> Any:
