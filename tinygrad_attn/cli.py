@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import sys
 
 from .tasks import TASKS
@@ -78,6 +79,15 @@ def _train(args: argparse.Namespace) -> None:
         raise ValueError(f"--target must be a validation loss >= 0, got {args.target}")
     if args.seed < 0:
         raise ValueError(f"--seed must be a non-negative int, got {args.seed}")
+    for flag, value in (("--out", args.out), ("--data", args.data)):
+        if value is not None and not value.strip():
+            raise ValueError(f"{flag}: an empty path names nothing; leave {flag} out for the default")
+    for name in ("block_size", "d_model", "heads", "layers", "dim_feedforward"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:  # NaN fails this too
+        raise ValueError(f"--dropout must lie in [0, 1), got {args.dropout}")
     out = args.out or os.path.join("runs", args.task)
     if args.resume and not os.path.exists(os.path.join(out, "checkpoint.npz")):
         raise ValueError(f"--resume: no checkpoint.npz in {out}")
@@ -142,6 +152,10 @@ def _generate(args: argparse.Namespace) -> None:
         raise ValueError(f"--tokens must be >= 0, got {args.tokens}")
     if args.seed < 0:
         raise ValueError(f"--seed must be a non-negative int, got {args.seed}")
+    if not (math.isfinite(args.temperature) and args.temperature > 0):  # checked for every task
+        raise ValueError(f"--temperature must be a finite number > 0, got {args.temperature}")
+    if args.top_k is not None and args.top_k < 1:
+        raise ValueError(f"--top-k must be at least 1, got {args.top_k}")
     task, model, _ = load_run(args.run)
     model.eval()
     if task.name != "text":  # a built-in task: its answer to the prompt, as `attend` gives it
@@ -156,7 +170,24 @@ def _generate(args: argparse.Namespace) -> None:
     print(args.prompt + task.decode(out[prompt.size :]))
 
 
+def _interrupted(args: argparse.Namespace, argv: list[str]) -> int:
+    """Ctrl-C: one line naming what is on disk and how to go on; exit 130 as a shell reports SIGINT."""
+    if args.command == "train":
+        out = args.out or os.path.join("runs", args.task)
+        checkpoint = os.path.join(out, "checkpoint.npz")
+        if os.path.exists(checkpoint):
+            again = " ".join(shlex.quote(a) for a in argv if a != "--resume")
+            print(f"tinygrad-attn: interrupted; the last checkpoint, {checkpoint}, is intact; continue with: "
+                  f"tinygrad-attn {again} --resume", file=sys.stderr)
+            return 130
+        print("tinygrad-attn: interrupted before the first checkpoint; nothing was saved", file=sys.stderr)
+        return 130
+    print("tinygrad-attn: interrupted", file=sys.stderr)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
     try:
         if args.command == "train":
@@ -167,8 +198,12 @@ def main(argv: list[str] | None = None) -> int:
             _generate(args)
         else:
             _attend(args)
-    except (ValueError, TypeError, KeyError, IndexError, OSError, RuntimeError) as err:
+    except KeyboardInterrupt:
+        return _interrupted(args, argv)
+    except (ValueError, TypeError, KeyError, IndexError, OSError, RuntimeError, MemoryError) as err:
         message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+        if isinstance(err, MemoryError) and not message:
+            message = "not enough memory for this size; lower --batch-size, --d-model or --dim-feedforward"
         message = " ".join(message.split())  # one line
         if len(message) > 300:  # a huge input is not echoed whole
             message = message[:297] + "..."

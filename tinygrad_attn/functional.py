@@ -26,6 +26,7 @@ from .kernels.gelu import gelu_backward, gelu_forward
 from .kernels.layernorm import layer_norm_backward, layer_norm_forward
 from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
 from .masks import causal_mask
+from .memory import check_fits
 from .ops import check_broadcast, check_number, check_tensor, normalize_dim, rows_of
 
 _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
@@ -401,6 +402,10 @@ def _choose_kernel(needs_math: bool, op: str) -> str:
 def attention_math(q: Tensor, k: Tensor, v: Tensor, mask: np.ndarray | None, is_causal: bool, dropout_p: float,
                    scale: float) -> tuple[Tensor, Tensor]:
     """The readable path: softmax(q k^T * scale + mask) v from primitive ops. Returns (out, weights)."""
+    check_fits("scaled_dot_product_attention", "the math path's (..., Tq, Tk) scores and weights",
+               q.shape[:-1] + k.shape[-2:-1], q.dtype.itemsize, 4,
+               "the flash path never builds them: ask for no weights (need_weights=False, return_weights=False) "
+               "and no dropout, or use a smaller batch or sequence")
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
     if mask is not None:  # a bool mask adds -inf where hidden, as PyTorch's math path: a NaN score stays NaN
         bias = np.where(mask, 0.0, -np.inf) if mask.dtype == np.bool_ else mask

@@ -18,6 +18,7 @@ from . import rng
 from .dtypes import DEFAULT_FLOAT, is_number, result_type
 from .engine import Context, Function, Tensor, _short, check_device, device, is_grad_enabled, no_grad, tensor_dtype
 from .kernels.relu import relu_backward, relu_forward
+from .memory import check_fits
 
 # --- elementwise, two inputs ---------------------------------------------------
 
@@ -501,16 +502,18 @@ def check_broadcast(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
         raise ValueError(f"{op}: shapes {listed} cannot be broadcast together") from None
 
 
-def check_matmul(a: tuple[int, ...], b: tuple[int, ...]) -> None:
+def check_matmul(a: tuple[int, ...], b: tuple[int, ...], itemsize: int = 8) -> None:
     if len(a) == 0 or len(b) == 0:
         raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {a} and {b}")
     k_b = b[0] if len(b) == 1 else b[-2]
     if a[-1] != k_b:
         raise ValueError(f"matmul: shapes {a} and {b} are not aligned ({a[-1]} != {k_b})")
     try:
-        np.broadcast_shapes(a[:-2], b[:-2])
+        batch = np.broadcast_shapes(a[:-2], b[:-2])
     except ValueError:
         raise ValueError(f"matmul: batch dims of shapes {a} and {b} cannot be broadcast together") from None
+    out = batch + (a[-2:-1] if len(a) > 1 else ()) + (b[-1:] if len(b) > 1 else ())
+    check_fits("matmul", f"the product of {a} and {b}", out, itemsize, 1, "use smaller operands")
 
 
 def normalize_dim(dim: int, ndim: int, op: str) -> int:
@@ -732,7 +735,7 @@ class _TensorMethods:
 
     def matmul(self, other: Any) -> Tensor:
         other = self._operand(other)
-        check_matmul(self.shape, other.shape)
+        check_matmul(self.shape, other.shape, self.dtype.itemsize)
         if other.dtype != self.dtype:
             raise RuntimeError(f"matmul: expected both operands to have the same dtype, got {self.dtype} and "
                                f"{other.dtype} (cast one with .to(dtype), as PyTorch requires)")

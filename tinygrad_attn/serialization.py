@@ -34,7 +34,11 @@ def _flatten(obj: Mapping, prefix: str, out: dict[str, np.ndarray]) -> dict[str,
         if isinstance(value, Mapping):
             _flatten(value, name + ".", out)
             continue
-        array = np.asarray(value._data if isinstance(value, Tensor) else value)
+        try:
+            array = np.asarray(value._data if isinstance(value, Tensor) else value)
+        except ValueError:  # a ragged list
+            raise ValueError(f"save: {name!r} is not a rectangular array (rows of different lengths?); "
+                             "save arrays, tensors, numbers or strings") from None
         if array.dtype.kind == "O":
             raise TypeError(f"save: {name!r} is an object array ({type(value).__name__}); only plain arrays are saved")
         if name in out:
@@ -73,6 +77,8 @@ def save(obj: Mapping[str, Any], path: str | os.PathLike) -> None:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=suffix)
     except PermissionError:
         raise PermissionError(f"save: cannot write {path}: the folder {folder} is not writable") from None
+    except OSError as err:  # a read-only file system, a full disk
+        raise OSError(err.errno, f"save: cannot write {path} ({err.strerror})") from None
     try:
         with os.fdopen(fd, "wb") as f:
             if path.endswith(".safetensors"):
@@ -82,9 +88,12 @@ def save(obj: Mapping[str, Any], path: str | os.PathLike) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(err, OSError) and err.errno is not None:  # a full or read-only disk: name the file
+            raise OSError(err.errno, f"save: cannot write {path} ({err.strerror}); the previous file, if any, is "
+                                     "unchanged") from None
         raise
 
 

@@ -13,6 +13,7 @@ names no parameter can have (a parameter name never contains "/").
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -52,6 +53,7 @@ class TrainConfig:
     dim_feedforward: int | None = None
     dropout: float | None = None
     task_state: dict[str, Any] | None = None  # what rebuilds the task without its file (saved with the run)
+    data_sha256: str | None = None  # the --data file's content, so that --resume refuses an edited file
 
     def model_sizes(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("d_model", "nhead", "num_layers", "dim_feedforward", "dropout")}
@@ -64,6 +66,7 @@ class TrainConfig:
             d_model=d.d_model, nhead=d.nhead, num_layers=d.num_layers, dim_feedforward=d.dim_feedforward,
             dropout=d.dropout,
             task_state=task.state(),
+            data_sha256=file_sha256(self.data) if self.data else None,
             task=task.name,
             steps=d.steps if self.steps is None else self.steps,
             batch_size=d.batch_size if self.batch_size is None else self.batch_size,
@@ -76,6 +79,40 @@ class TrainConfig:
             progress=self.progress,
             plot=self.plot,
         )
+
+
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB pieces."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for piece in iter(lambda: f.read(1 << 20), b""):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
+_SIZE_FLAGS = {"block_size": "--block-size", "d_model": "--d-model", "nhead": "--heads", "num_layers": "--layers",
+               "dim_feedforward": "--dim-feedforward", "dropout": "--dropout"}
+
+
+def check_config_against_weights(config: dict[str, Any], weights: dict[str, Any], path: str) -> None:
+    """A run's saved sizes must be the ones its weights have: checked before a model is built, so a tampered
+    config (d_model 10**6) is one clear error, not an allocation the machine cannot hold."""
+    def shape(suffix: str) -> tuple[int, ...] | None:
+        found = [np.shape(v) for k, v in weights.items() if k.endswith(suffix)]
+        return found[0] if found else None
+
+    checks = []
+    embed = shape("embed.weight")
+    if embed is not None and len(embed) == 2:
+        checks.append(("d_model", embed[1]))
+    ff = shape("ff.linear1.weight")
+    if ff is not None and len(ff) == 2:
+        checks.append(("dim_feedforward", ff[0]))
+    for key, expected in checks:
+        value = config.get(key)
+        if value is not None and value != expected:
+            raise ValueError(f"{path}: the run's config says {key} {value!r} but its weights have {expected}; "
+                             "the config was changed after training")
 
 
 def save_checkpoint(path: str, model: Module, optimizer: AdamW, step: int, config: TrainConfig,
@@ -133,7 +170,12 @@ def load_run(out: str) -> tuple[Task, Module, dict[str, Any]]:
     if not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint in {out} (expected {path})")
     parts = load_checkpoint(path)
-    task = build_task(parts["trainer"]["config"])
+    check_config_against_weights(parts["trainer"]["config"], parts["model"], path)
+    try:
+        task = build_task(parts["trainer"]["config"])
+    except (ValueError, TypeError, KeyError) as err:  # the saved config, not a flag of this command
+        message = str(err.args[0]) if err.args else type(err).__name__
+        raise ValueError(f"{path}: the run's saved config is not valid ({message})") from None
     model = task.build_model()
     try:
         model.load_state_dict(parts["model"])
@@ -189,13 +231,19 @@ def train(config: TrainConfig) -> dict[str, Any]:
         saved = parts["trainer"]["config"]
         if saved["task"] != config.task:
             raise ValueError(f"--resume: {path} is a {saved['task']!r} run, not {config.task!r}")
-        for key in ("block_size", "d_model", "nhead", "num_layers", "dim_feedforward", "dropout"):
-            if getattr(config, key) is None:  # the run's own size unless the command line says otherwise
+        for key, flag in _SIZE_FLAGS.items():
+            if getattr(config, key) is None:  # the run's own size
                 setattr(config, key, saved.get(key))
+            elif saved.get(key) is not None and getattr(config, key) != saved.get(key):
+                raise ValueError(f"--resume: the run was trained with {flag} {saved.get(key)}, got "
+                                 f"{getattr(config, key)}; drop {flag} to continue it")
     task = build_task({**vars(config), "task_state": None}, config.data)
     if parts is not None and task.state() != (parts["trainer"]["config"].get("task_state") or {}):
         raise ValueError(f"--resume: the text gives another vocabulary than the run's ({path}); give the same --data")
     config = config.resolved(task)
+    if parts is not None and parts["trainer"]["config"].get("data_sha256") != config.data_sha256:
+        raise ValueError(f"--resume: {config.data or 'the default text'} is not the text the run was trained on "
+                         f"(its content changed since, or it is another file); resume with the same --data")
     if config.steps < 0 or config.batch_size <= 0 or config.lr <= 0 or config.checkpoint_every <= 0:
         raise ValueError("steps must be >= 0 and batch size, learning rate and checkpoint interval > 0")
     os.makedirs(config.out, exist_ok=True)
@@ -219,6 +267,12 @@ def train(config: TrainConfig) -> dict[str, Any]:
         loss_value = float(parts["trainer"].get("loss", np.nan))  # as at the checkpoint: the run goes on
         value = float(parts["trainer"].get("accuracy", unreached))  # as if it had never stopped
         history = json.loads(str(parts["trainer"].get("history", "[]")))
+        every = task.defaults.eval_every
+        if history and history[-1].get("step") == step and step % every:  # the stopped run's final report:
+            if step % max(1, every // 10):  # an uninterrupted run has no entry here
+                history.pop()
+            else:  # it has one, without an evaluation
+                history[-1][task.metric] = None
 
     start = time.perf_counter()
     progress = _Progress(config.steps, min(step, config.steps), config.progress, task.name, task.metric)

@@ -357,7 +357,10 @@ _tokens = itertools.count()
 
 def _python_slice(token: int, p: int) -> None:
     task, slices, errors = _tasks[token]
-    _run_slice(task, slices[p], errors)
+    try:
+        _run_slice(task, slices[p], errors)
+    except BaseException as err:  # noqa: BLE001  (Ctrl-C landing between the lines above: raised by parallel_for,
+        errors.append(err)  # never swallowed by ctypes as "Exception ignored on calling ctypes callback")
 
 
 # Called from numba's threads; ctypes takes the GIL for it, and numpy and the nogil kernels inside let it go.

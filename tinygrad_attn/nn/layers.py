@@ -16,6 +16,7 @@ from .. import rng
 from ..engine import Function, Tensor
 from ..kernels.embedding import scatter_add_rows
 from ..kernels.parallel import row_split_matmul
+from ..memory import check_fits
 from ..ops import check_tensor, rows_of
 from .module import Module, Parameter
 
@@ -91,6 +92,7 @@ class Linear(Module):
         in_features, out_features = _size(in_features, "in_features", "Linear"), _size(out_features, "out_features",
                                                                                          "Linear")
         self.in_features, self.out_features = in_features, out_features
+        check_fits("Linear", "the weights", (out_features, in_features), 4, 3, "use smaller in/out features")
         bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
         self.weight = Parameter(_uniform(bound, (out_features, in_features)))
         self.bias = Parameter(_uniform(bound, (out_features,))) if bias else None
@@ -177,6 +179,7 @@ class Embedding(Module):
                                  f"got {padding_idx!r}")
             padding_idx = int(padding_idx) % num_embeddings
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        check_fits("Embedding", "the table", (num_embeddings, embedding_dim), 4, 3, "use a smaller table")
         weight = rng.generator().standard_normal((num_embeddings, embedding_dim)).astype(np.float32)
         if padding_idx is not None:
             weight[padding_idx] = 0
@@ -184,6 +187,8 @@ class Embedding(Module):
 
     def forward(self, indices: Any) -> Tensor:
         indices = check_indices(indices, self.num_embeddings, "Embedding")
+        check_fits("Embedding", "the looked-up vectors", indices.shape + (self.embedding_dim,),
+                   self.weight.dtype.itemsize, 1, "use a smaller batch or sequence")
         return EmbeddingLookup.apply(self.weight, indices=indices, padding_idx=self.padding_idx)
 
     def extra_repr(self) -> str:

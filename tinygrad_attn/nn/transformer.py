@@ -6,12 +6,14 @@ Pre-norm  (norm_first=True, easier to train):     x = x + Sublayer(LN(x)).
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
 
 from .. import rng
 from ..engine import Tensor, no_grad
+from ..memory import check_fits
 from .attention import KVCache, MultiHeadAttention
 from .layers import GELU, Dropout, Embedding, LayerNorm, LearnedPositionalEncoding, Linear, ReLU
 from .module import Module, ModuleList
@@ -153,6 +155,10 @@ class CausalLM(Module):
         return logits
 
     def _blocks(self, tokens: Any, offset: int, return_attention: bool, kv_cache: KVCache | None) -> Tensor:
+        c = self.config  # what one token keeps for backward, about: per layer 12 E + 2 F, then 3 vocab
+        per_token = c["num_layers"] * (12 * c["d_model"] + 2 * c["dim_feedforward"]) + 3 * c["vocab_size"]
+        check_fits("CausalLM", "the activations of a step", tuple(np.shape(tokens)) + (per_token,),
+                   self.head.weight.dtype.itemsize, 1, "use a smaller batch or block size")
         x = self.position(self.embed(tokens), offset)  # (B, T, E)
         for layer in self.layers:
             x = layer(x, is_causal=True, need_weights=return_attention, kv_cache=kv_cache)
@@ -169,6 +175,8 @@ class CausalLM(Module):
         positions the context is cut to the last max_len tokens, as without a cache.
         """
         tokens = _check_generation(tokens, max_new_tokens, temperature, top_k, self.config["vocab_size"])
+        check_fits("generate", "the generated tokens", (tokens.shape[0], tokens.shape[1] + max_new_tokens), 8, 2,
+                   "ask for fewer new tokens")
         max_len = self.config["max_len"]
         cache = KVCache() if use_cache else None
         logits = self(tokens[:, -max_len:], kv_cache=cache)._data[:, -1]  # (B, vocab)
@@ -309,7 +317,8 @@ def _check_generation(tokens: Any, max_new_tokens: int, temperature: float, top_
         raise IndexError(f"generate: tokens must lie in [0, {vocab}), got values from {tokens.min()} to {tokens.max()}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
         raise ValueError(f"generate: max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < np.inf:
+    if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, numbers.Real) \
+            or not 0 < temperature < np.inf:  # any real type: int, float, numpy scalars; NaN fails too
         raise ValueError(f"generate: temperature must be a positive number, got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
         raise ValueError(f"generate: top_k must be a positive int or None, got {top_k!r}")
@@ -317,13 +326,27 @@ def _check_generation(tokens: Any, max_new_tokens: int, temperature: float, top_
 
 
 def sample_next(logits: np.ndarray, temperature: float, top_k: int | None) -> np.ndarray:
-    """One token per row (B, 1) from softmax(logits / temperature), restricted to the top_k largest logits."""
-    logits = logits.astype(np.float64) / temperature  # (B, vocab)
+    """One token per row (B, 1) from softmax(logits / temperature), restricted to the top_k largest logits.
+
+    Logits that are not finite (NaN weights) are a ValueError, never tokens. A temperature so small that
+    logits / temperature overflows is greedy for that row: the limit of the distribution as T -> 0.
+    """
+    logits = logits.astype(np.float64)
+    if not np.isfinite(logits).all():
+        rows = np.unique(np.nonzero(~np.isfinite(logits))[0])
+        raise ValueError(f"generate: the model's logits are not finite (NaN or inf) in rows {rows.tolist()[:8]}; "
+                         "are its weights finite?")
+    greedy = np.argmax(logits, axis=-1)  # (B,)
+    with np.errstate(over="ignore"):
+        logits = logits / float(temperature)  # (B, vocab)
+    overflow = ~np.isfinite(logits).all(axis=-1)  # rows where only the largest logit counts
+    if top_k == 1 or overflow.all():
+        return greedy[:, None].astype(np.int64)
     if top_k is not None and top_k < logits.shape[-1]:
         kth = np.sort(logits, axis=-1)[:, -top_k][:, None]
         logits = np.where(logits < kth, -np.inf, logits)
-    if top_k == 1:
-        return np.argmax(logits, axis=-1)[:, None].astype(np.int64)
+    one_hot = np.where(np.arange(logits.shape[-1]) == greedy[:, None], 0.0, -np.inf)
+    logits = np.where(overflow[:, None], one_hot, logits)  # an overflowing row: all on its largest logit
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     generator = rng.generator()

@@ -39,12 +39,20 @@ def default_corpus() -> str:
     return "\n\n".join(p for p in parts if p)
 
 
+MAX_TEXT_BYTES = 1 << 30  # 1 GiB of text: 8 GiB of int64 ids
+
+
 def read_text(path: str) -> str:
     """The file's text, or a clear error naming the file and the problem."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"--data: no file {path}")
     if os.path.isdir(path):
         raise ValueError(f"--data: {path} is a folder, not a text file")
+    if not os.path.isfile(path):  # /dev/zero, a pipe: no end, or no size to check
+        raise ValueError(f"--data: {path} is not a regular file")
+    if os.path.getsize(path) > MAX_TEXT_BYTES:
+        raise ValueError(f"--data: {path} holds {os.path.getsize(path) >> 20} MiB; the text task reads at most "
+                         f"{MAX_TEXT_BYTES >> 20} MiB (its ids take 8 bytes per character)")
     raw = open(path, "rb").read()
     if not raw:
         raise ValueError(f"--data: {path} is empty")
@@ -66,9 +74,16 @@ class TextTask(Task):
     higher_is_better = False
 
     def __init__(self, data: str | None = None, vocab: str | None = None, block_size: int | None = None):
-        self.block_size = int(block_size or self.defaults.options["block_size"])
-        if self.block_size < 1:
-            raise ValueError(f"--block-size must be at least 1, got {self.block_size}")
+        if block_size is None:
+            block_size = self.defaults.options["block_size"]
+        if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
+            raise ValueError(f"--block-size must be an int >= 1, got {block_size!r}")
+        self.block_size = int(block_size)
+        if data == "":
+            raise ValueError("--data: give a file (an empty path names none)")
+        if vocab is not None and (not isinstance(vocab, str) or not vocab or len(set(vocab)) != len(vocab)):
+            raise ValueError(f"the run's vocabulary must be a non-empty string of distinct characters, got "
+                             f"{vocab!r:.80}")
         self.source = data or "stdlib docstrings"
         text = None
         if vocab is None or data is not None:
