@@ -135,3 +135,19 @@ def test_a_threading_layer_that_cannot_load_gives_one_warning_and_the_work_still
     proc = _run(LAYER, {"NUMBA_THREADING_LAYER": "tbb"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "warnings 1 sums True" in proc.stdout and "threading layer did not start" in proc.stdout, proc.stdout
+
+
+def test_ctrl_c_inside_parallel_work_reaches_the_caller(monkeypatch):
+    from tinygrad_attn.kernels import parallel
+
+    monkeypatch.setattr(parallel, "threads_for", lambda work, n_items, min_work=None: min(2, n_items))
+    seen = []
+
+    def task(items):
+        seen.append(items)
+        if items.start == 0:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        parallel.parallel_for(task, 4, float("inf"))
+    assert sorted(s.start for s in seen) == [0, 2]  # every slice ran, then the interrupt was raised here

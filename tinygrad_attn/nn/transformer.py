@@ -294,6 +294,13 @@ class Seq2SeqTransformer(Module):
         return self.head(self.decoder_norm(x))  # (B, Tnew, vocab)
 
     def forward(self, src: Any, tgt: Any, src_lengths: Any = None, return_attention: bool = False) -> Any:
+        c = self.config  # what one position keeps for backward, about: per layer 12 E + 2 F (decoder 16 E), 3 vocab
+        per_src = c["num_encoder_layers"] * (12 * c["d_model"] + 2 * c["dim_feedforward"])
+        per_tgt = c["num_decoder_layers"] * (16 * c["d_model"] + 2 * c["dim_feedforward"]) + 3 * c["tgt_vocab"]
+        shape_src, shape_tgt = tuple(np.shape(src)), tuple(np.shape(tgt))
+        check_fits("Seq2SeqTransformer", "the activations of a step", shape_src[:1] + (
+            (int(np.prod(shape_src[1:])) * per_src + int(np.prod(shape_tgt[1:])) * per_tgt),),
+            self.head.weight.dtype.itemsize, 1, "use a smaller batch or shorter sequences")
         memory = self.encode(src, src_lengths, return_attention)
         logits = self.decode(tgt, memory, src_lengths, return_attention)
         if return_attention:
