@@ -190,3 +190,26 @@ def test_the_command_line_reports_a_size_the_machine_cannot_hold_in_one_line(tmp
                      "--no-progress", "--no-plot", "--steps", "1"])
     err = _error(capsys)
     assert code == 2 and "GiB" in err and "more than" in err
+
+
+def test_a_real_sigint_during_training_exits_130_with_one_line(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "tinygrad_attn", "train", "--task", "reverse", "--steps", "100000",
+                             "--checkpoint-every", "5", "--out", str(out), "--no-progress", "--no-plot"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": root}, cwd=tmp_path)
+    deadline = time.time() + 120
+    while not (out / "checkpoint.npz").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().count("\n") == 0 and "Traceback" not in err and "--resume" in err, err[-2000:]
+    assert ta.load(out / "checkpoint.npz")  # intact
