@@ -60,7 +60,6 @@ from .engine import (
     Context,
     Function,
     RemovableHandle,
-    Tensor,
     device,
     enable_grad,
     inference_mode,
@@ -72,9 +71,10 @@ from .functional import sdpa_kernel
 from .gradcheck import GradcheckError, gradcheck
 from .kernels.parallel import get_num_threads, set_num_threads
 from .masks import causal_mask, padding_mask
-from .ops import cat, maximum, minimum, return_types, stack, where
+from .ops import return_types
 from .rng import manual_seed, seed
 from .serialization import load, save
+from .tensor import Tensor, cat, maximum, minimum, stack, where
 from .tensor_functions import (
     BoolTensor,
     ByteTensor,

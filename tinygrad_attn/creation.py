@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 
 from . import rng
-from .engine import Tensor, check_device, tensor_dtype
-from .ops import check_number, check_tensor, where
+from .engine import check_device, tensor_dtype
+from .ops import check_number, check_tensor
+from .tensor import Tensor, where
 
 _DEFAULT = np.float32
 

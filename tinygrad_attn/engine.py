@@ -1,4 +1,4 @@
-"""The autograd core: `Tensor`, `Function`, and the reverse-mode backward pass.
+"""The autograd core: `Function`, the graph it records, and the reverse-mode backward pass.
 
 Every differentiable op is a `Function`: a `forward` on numpy arrays that may
 save what its `backward` needs in `ctx`, and a `backward` that turns the
@@ -11,9 +11,11 @@ The engine, not each op, sums broadcast gradients back to an input's shape
 (`_unbroadcast`), so an op's backward may return a gradient of the output's
 broadcast shape.
 
-This module imports no op: ops.py (the primitive ops) and functional.py (the
-fused ones) import it and give Tensor its operators and methods, so imports
-go one way, from the rules to the engine.
+The engine knows a tensor only as a `Node` (tensor.py's Tensor is the one
+kind): it reads `_data`, `_ctx`, `requires_grad`, `grad` and the hooks, and
+makes new tensors of the inputs' own class. So this module imports nothing of
+the package: the gradient rules (ops.py) import it, and tensor.py imports
+both; imports go one way.
 """
 
 from __future__ import annotations
@@ -178,6 +180,13 @@ class set_grad_enabled(_GradMode):
 
         return wrapper
 
+class Node:
+    """What the engine needs of a tensor: `_data` (its array), `_ctx` (the Context that made it, or None),
+    `requires_grad`, `grad`, `_hooks`, `_retains_grad`, its version counter, and the class methods
+    `_result(array, ctx)` and `_wrap(value)` that make new ones. tensor.py's Tensor is the one subclass."""
+
+    __slots__ = ()
+
 
 class Context:
     """What one application of a Function leaves for its backward.
@@ -188,7 +197,7 @@ class Context:
     set on it freely.
     """
 
-    def __init__(self, function: type[Function], inputs: tuple[Tensor, ...]):
+    def __init__(self, function: type[Function], inputs: tuple[Node, ...]):
         self.function = function
         self.inputs = inputs
         self.needs_input_grad = tuple(t.requires_grad for t in inputs)
@@ -199,7 +208,7 @@ class Context:
     def save_for_backward(self, *arrays: Any) -> None:
         self.saved_tensors = arrays
 
-    def _record_versions(self, tensors: tuple[Tensor, ...]) -> None:
+    def _record_versions(self, tensors: tuple[Node, ...]) -> None:
         """Remember the version of every tensor whose memory a saved array is (or views), so that backward
         can refuse to run on values an in-place op has changed since."""
         owners = []
@@ -251,14 +260,18 @@ class Function:
         raise NotImplementedError
 
     @classmethod
-    def apply(cls, *inputs: Any, **kwargs: Any) -> Tensor:
-        tensors = tuple(x if isinstance(x, Tensor) else Tensor._wrap(x) for x in inputs)
+    def apply(cls, *inputs: Any, **kwargs: Any) -> Node:
+        kind = next((type(x) for x in inputs if isinstance(x, Node)), None)  # the class new tensors get
+        if kind is None:
+            raise TypeError(f"{cls.__name__}.apply: give at least one Tensor input, got "
+                            f"{', '.join(type(x).__name__ for x in inputs) or 'none'}")
+        tensors = tuple(x if isinstance(x, Node) else kind._wrap(x) for x in inputs)
         ctx = Context(cls, tensors)
         out = cls.forward(ctx, *(t._data for t in tensors), **kwargs)
         if type(out) is not np.ndarray:
             out = np.asarray(out)
         requires_grad = out.dtype.kind == "f" and any(ctx.needs_input_grad) and _grad_mode.get()
-        result = Tensor._result(out, ctx if requires_grad else None)
+        result = kind._result(out, ctx if requires_grad else None)
         if out.base is not None:  # a view of an input (reshape, permute, slicing): one version counter
             for t in tensors:
                 if np.may_share_memory(out, t._data):
@@ -291,13 +304,13 @@ def _unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return grad.reshape(shape)
 
 
-def _topological_order(root: Tensor) -> list[Tensor]:
+def _topological_order(root: Node) -> list[Node]:
     """Tensors reachable from `root` through the graph, parents before children.
 
     Iterative depth-first search, so a chain of any length fits the Python stack.
     """
     order, visited = [], set()
-    stack: list[tuple[Tensor, bool]] = [(root, False)]
+    stack: list[tuple[Node, bool]] = [(root, False)]
     while stack:
         node, parents_done = stack.pop()
         if parents_done:
@@ -321,12 +334,12 @@ def _as_gradient_tuple(grads: Any, n_inputs: int, function: type) -> tuple:
     return grads
 
 
-def _run_hooks(node: Tensor, g: np.ndarray) -> np.ndarray:
+def _run_hooks(node: Node, g: np.ndarray) -> np.ndarray:
     """node's tensor hooks, in the order registered: each sees the gradient and may return a new one."""
     for hook in list(node._hooks.values()):
-        new = hook(Tensor._result(g, None))
+        new = hook(type(node)._result(g, None))
         if new is not None:
-            new = new._data if isinstance(new, Tensor) else np.asarray(new)
+            new = new._data if isinstance(new, Node) else np.asarray(new)
             if new.shape != g.shape:
                 raise RuntimeError(f"a hook returned a gradient of shape {new.shape} for a tensor of shape "
                                    f"{node.shape}")
@@ -334,7 +347,7 @@ def _run_hooks(node: Tensor, g: np.ndarray) -> np.ndarray:
     return g
 
 
-def run_backward(root: Tensor, grad: np.ndarray, retain_graph: bool) -> None:
+def run_backward(root: Node, grad: np.ndarray, retain_graph: bool) -> None:
     """Propagate `grad` (dL/droot) to every leaf that requires grad.
 
     Gradients of intermediate tensors live only in the local `grads` dict and
@@ -351,7 +364,7 @@ def run_backward(root: Tensor, grad: np.ndarray, retain_graph: bool) -> None:
         ctx = node._ctx
         if ctx is None or node._retains_grad:  # a leaf, or a tensor that asked to keep its gradient
             g_own = g.astype(node.dtype, copy=False)
-            node.grad = Tensor._result(g_own.copy() if node.grad is None else node.grad._data + g_own, None)
+            node.grad = type(node)._result(g_own.copy() if node.grad is None else node.grad._data + g_own, None)
             if ctx is None:
                 continue
         if ctx.released:
@@ -413,239 +426,6 @@ class RemovableHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
-
-
-class Tensor:
-    """An n-dimensional array that remembers how it was computed.
-
-    Tensor(data, requires_grad=False, dtype=None), as torch.Tensor: a nested
-    list or a number sequence becomes float32 (ints and bools too); a numpy
-    array keeps its dtype and is used without a copy; Tensor(2, 3) is a
-    tensor of zeros of shape (2, 3). Integer and bool tensors (indices,
-    masks) cannot require grad. `ta.tensor(data)` infers the dtype instead.
-
-    Fields: `_data` is the numpy array; `.data` is a detached Tensor sharing
-    it (PyTorch's meaning); `.numpy()` gives the array.
-    """
-
-    __array_priority__ = 1000  # so `ndarray + Tensor` calls Tensor.__radd__
-    __hash__ = object.__hash__  # identity hash, although == is elementwise
-
-    def __init__(self, *data: Any, requires_grad: bool = False, dtype: Any = None):
-        if len(data) != 1 or (isinstance(data[0], int) and not isinstance(data[0], bool)):  # Tensor(2, 3), Tensor()
-            arr = self._zeros_of_size(data)  # Tensor(2, 3) and Tensor() as torch.Tensor: a shape
-        else:
-            arr = self._array_of(data[0])
-        if dtype is not None:
-            arr = arr.astype(tensor_dtype(dtype, "Tensor"), copy=False)
-        if arr.dtype.kind not in "fiub":
-            raise TypeError(f"Tensor: unsupported dtype {arr.dtype} (expected a float, integer or bool array), "
-                            f"from {_short(data)}")
-        if requires_grad and arr.dtype.kind != "f":
-            raise TypeError(f"Tensor: only floating-point tensors can require grad, got dtype {arr.dtype}")
-        self._init(arr, None)
-        self.requires_grad = bool(requires_grad)
-
-    @staticmethod
-    def _zeros_of_size(size: tuple) -> np.ndarray:
-        if not size:
-            return np.zeros((0,), np.float32)  # torch.Tensor() is empty
-        if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in size):
-            raise TypeError(f"Tensor: expected one sequence or array, or sizes (non-negative ints), got "
-                            f"{_short(size)}")
-        return np.zeros(tuple(int(n) for n in size), np.float32)
-
-    @staticmethod
-    def _array_of(data: Any) -> np.ndarray:
-        if isinstance(data, Tensor):
-            return data._data
-        if isinstance(data, (np.ndarray, np.generic)):
-            return np.asarray(data)
-        if isinstance(data, (float, bool, complex)):
-            raise TypeError(f"Tensor: data must be a sequence or an array, got {type(data).__name__} {data!r}; "
-                            "for a 0-d tensor use ta.tensor(value)")
-        try:
-            arr = np.asarray(data)
-        except ValueError as err:  # ragged nesting
-            raise ValueError(f"Tensor: data must be a number or a rectangular nested list, got "
-                             f"{_short(data)} ({err})") from None
-        return arr.astype(np.float32) if arr.dtype.kind in "fiub" else arr  # torch.Tensor(list) is float32
-
-    def _init(self, arr: np.ndarray, ctx: Context | None) -> None:
-        self._data, self.grad, self.requires_grad, self._ctx = arr, None, ctx is not None, ctx
-        self._version_counter, self._base, self._hooks, self._retains_grad = [0], None, {}, False
-        self._used = False  # an input of an op whose gradient is recorded (in-place changes then refused)
-
-    @classmethod
-    def _result(cls, data: np.ndarray, ctx: Context | None) -> Tensor:
-        """An op's output: the array is the op's own, so __init__'s checks are skipped."""
-        t = object.__new__(Tensor)
-        t._init(data, ctx)
-        return t
-
-    @classmethod
-    def _wrap(cls, value: Any) -> Tensor:
-        """A number or array as a tensor with no history: floats float32 unless an array says otherwise."""
-        if isinstance(value, Tensor):
-            return value
-        arr = np.asarray(value) if isinstance(value, (np.ndarray, np.generic)) else _float_default(np.asarray(value))
-        return cls._result(arr, None)
-
-    # --- what it is -------------------------------------------------------
-    shape = property(lambda self: self._data.shape)
-    dtype = property(lambda self: self._data.dtype)
-    ndim = property(lambda self: self._data.ndim)
-    is_leaf = property(lambda self: self._ctx is None)
-    grad_fn = property(lambda self: self._ctx)
-    _version = property(lambda self: self._version_counter[0])
-    retains_grad = property(lambda self: self._retains_grad)
-    device = property(lambda self: _CPU)
-    is_cuda = property(lambda self: False)
-
-    @property
-    def data(self) -> Tensor:
-        """A tensor sharing this one's memory, cut from the graph; changes through it are not tracked
-        (PyTorch's `.data`). The numpy array is `.numpy()`."""
-        return Tensor._result(self._data, None)
-
-    @data.setter
-    def data(self, value: Any) -> None:
-        arr = value._data if isinstance(value, Tensor) else np.asarray(value)
-        if self.requires_grad and arr.dtype.kind != "f":
-            raise TypeError(f".data = ...: a tensor that requires grad needs float data, got dtype {arr.dtype}")
-        self._data = arr
-
-    def bump_version(self) -> None:
-        """Count one in-place change of this tensor's memory (and of every view sharing it)."""
-        self._version_counter[0] += 1
-
-    def numel(self) -> int:
-        """The number of elements (PyTorch's name; `size()` is the shape)."""
-        return self._data.size
-
-    nelement = numel
-
-    def size(self, dim: int | None = None) -> Any:
-        """The shape, as PyTorch's `size()`; `size(dim)` is one dim's length."""
-        if dim is None:
-            return self._data.shape
-        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
-            raise TypeError(f"size: dim must be an int, got {dim!r}")
-        if not -self.ndim <= dim < max(self.ndim, 1) or self.ndim == 0:
-            raise IndexError(f"size: dim {dim} is out of range for a tensor with {self.ndim} dims")
-        return self._data.shape[dim]
-
-    def dim(self) -> int:
-        return self._data.ndim
-
-    def tolist(self) -> Any:
-        return self._data.tolist()
-
-    def _scalar(self, kind: str) -> Any:
-        if self._data.size != 1:
-            raise ValueError(f"{kind}(): only a tensor with one element can be converted, this one has shape "
-                             f"{self.shape}")
-        return self._data.item()
-
-    def __float__(self) -> float:
-        return float(self._scalar("float"))
-
-    def __int__(self) -> int:
-        return int(self._scalar("int"))
-
-    def __bool__(self) -> bool:
-        return bool(self._scalar("bool"))
-
-    def __index__(self) -> int:
-        if self.dtype.kind not in "iu":
-            raise TypeError(f"only integer tensors of one element can be used as an index, not {self.dtype}")
-        return int(self._scalar("index"))
-
-    def numpy(self) -> np.ndarray:
-        """The numpy array itself (shared memory). Unlike PyTorch, allowed on a tensor that requires grad."""
-        return self._data
-
-    def item(self) -> Any:
-        if self._data.size != 1:
-            raise ValueError(f"item: only a tensor with one element has an item, this one has shape {self.shape}")
-        return self._data.item()
-
-    def detach(self) -> Tensor:
-        """The same memory and version counter, cut from the graph."""
-        t = Tensor._result(self._data, None)
-        t._version_counter, t._base = self._version_counter, self if self._base is None else self._base
-        return t
-
-    def detach_(self) -> Tensor:
-        self._ctx, self.requires_grad = None, False
-        return self
-
-    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
-        if requires_grad and self.dtype.kind != "f":
-            raise RuntimeError(f"requires_grad_: only floating-point tensors can require grad, got {self.dtype}")
-        if not requires_grad and self._ctx is not None:
-            raise RuntimeError("requires_grad_(False): only a leaf can stop requiring grad; use detach()")
-        self.requires_grad = bool(requires_grad)
-        return self
-
-    def register_hook(self, hook: Callable) -> RemovableHandle:
-        """hook(grad) runs when this tensor's gradient is computed; returning a tensor replaces the gradient.
-        Returns a handle whose remove() unregisters it."""
-        if not self.requires_grad:
-            raise RuntimeError("register_hook: cannot register a hook on a tensor that doesn't require gradient")
-        if not callable(hook):
-            raise TypeError(f"register_hook: hook must be callable, got {_short(hook)}")
-        handle = RemovableHandle(self._hooks)
-        self._hooks[handle.id] = hook
-        return handle
-
-    def retain_grad(self) -> None:
-        """Keep this non-leaf tensor's gradient in `.grad` after backward (a leaf keeps it anyway)."""
-        if not self.requires_grad:
-            raise RuntimeError("retain_grad: can't retain_grad on a tensor that doesn't require gradient")
-        if self._ctx is not None:
-            self._retains_grad = True
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return self._data if dtype is None else self._data.astype(dtype)
-
-    def __len__(self) -> int:
-        if self.ndim == 0:
-            raise TypeError("len() of a 0-d tensor")
-        return self.shape[0]
-
-    def __repr__(self) -> str:
-        body = np.array2string(self._data, precision=4, separator=", ", prefix="tensor(", threshold=50)
-        extra = "" if self.dtype in (np.float32, np.int64, np.bool_) else f", dtype=ta.{self.dtype}"
-        if self._ctx is not None:
-            extra += f", grad_fn=<{self._ctx.function.__name__}Backward>"
-        elif self.requires_grad:
-            extra += ", requires_grad=True"
-        return f"tensor({body}{extra})"
-
-    # --- the backward pass ---------------------------------------------------
-    def backward(self, gradient: Any = None, retain_graph: bool = False, grad: Any = None) -> None:
-        """Accumulate d(self)/d(leaf) into the `.grad` of every leaf that requires grad.
-
-        `gradient` is dL/dself; it may be omitted only when self has one element.
-        """
-        gradient = grad if gradient is None else gradient
-        if not self.requires_grad:
-            raise RuntimeError("backward: this tensor does not require grad and has no graph behind it")
-        if gradient is None:
-            if self._data.size != 1:
-                raise RuntimeError(
-                    f"backward: grad can be omitted only for a single-element output, "
-                    f"this one has shape {self.shape}; pass grad of that shape"
-                )
-            gradient = np.ones(self.shape, dtype=self.dtype)
-        gradient = np.asarray(gradient._data if isinstance(gradient, Tensor) else gradient, dtype=self.dtype)
-        if gradient.shape != self.shape:
-            raise ValueError(f"backward: grad has shape {gradient.shape}, the tensor has shape {self.shape}")
-        run_backward(self, gradient, retain_graph)
-
-    def zero_grad(self) -> None:
-        self.grad = None
 
 
 class device:

@@ -19,106 +19,22 @@ from typing import Any
 import numpy as np
 
 from . import rng
-from .engine import Function, ScopedSetting, Tensor
+from .engine import Function, ScopedSetting
 from .kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from .kernels.flash import as_group_grid, flash_attention_backward, flash_attention_forward, grid_bias
 from .kernels.gelu import gelu_backward, gelu_forward
 from .kernels.layernorm import layer_norm_backward, layer_norm_forward
-from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
 from .masks import causal_mask
 from .memory import check_fits
-from .ops import check_broadcast, check_number, check_tensor, normalize_dim, rows_of
-
-_NO_MASK = np.zeros((0, 0), dtype=np.bool_)
-
-
-def _rows(a: np.ndarray) -> np.ndarray:
-    """(..., N) -> contiguous (R, N): the layout every row-wise kernel takes."""
-    return np.ascontiguousarray(rows_of(a))
-
-
-def _keep_rows(keep: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
-    return _NO_MASK if keep is None else _rows(np.broadcast_to(keep, shape))
-
-
-class Softmax(Function):
-    """Softmax over the last axis; `keep` (bool, broadcastable) masks entries out."""
-
-    @staticmethod
-    def forward(ctx, x, keep=None):
-        y, _ = softmax_forward(_rows(x), _keep_rows(keep, x.shape), False)
-        ctx.save_for_backward(y)
-        return y.reshape(x.shape)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (y,) = ctx.saved_tensors
-        return softmax_backward(y, _rows(grad)).reshape(grad.shape)  # y * (g - sum(g * y))
-
-
-class LogSoftmax(Function):
-    """Log-softmax over the last axis; masked entries are -inf, dead rows 0."""
-
-    @staticmethod
-    def forward(ctx, x, keep=None):
-        y, lse = softmax_forward(_rows(x), _keep_rows(keep, x.shape), True)
-        ctx.save_for_backward(y, lse)
-        return y.reshape(x.shape)
-
-    @staticmethod
-    def backward(ctx, grad):
-        y, lse = ctx.saved_tensors
-        return log_softmax_backward(y, _rows(grad), lse).reshape(grad.shape)  # g - p * sum(g)
-
-
-def _float_tensor(x: Any, op: str, name: str = "input") -> Tensor:
-    """x as a float32 or float64 tensor, or one clear error: integer and bool inputs are refused (as PyTorch
-    refuses them in softmax and layer norm), float16 too (the kernels compute in float32 or float64)."""
-    x = check_tensor(x, op, name)
-    if x.dtype not in (np.float32, np.float64):
-        hint = "; convert it with .float()" if x.dtype.kind in "iubf" else ""
-        raise TypeError(f"{op}: {name} must be float32 or float64, got {x.dtype}{hint}")
-    return x
-
-
-def _along_last(fn: type[Function], x: Tensor, dim: int, keep: np.ndarray | None) -> Tensor:
-    """Apply a last-axis Function along `dim` by moving `dim` last and back."""
-    dim = normalize_dim(dim, x.ndim, fn.__name__.lower())
-    if dim == x.ndim - 1 or x.ndim == 0:
-        return fn.apply(x, keep=keep)
-    if keep is not None:
-        keep = np.swapaxes(np.broadcast_to(keep, x.shape), dim, -1)
-    return fn.apply(x.transpose(dim, -1), keep=keep).transpose(dim, -1)
-
-
-def _bool_mask(mask: Any, shape: tuple[int, ...], op: str) -> np.ndarray | None:
-    if mask is None:
-        return None
-    mask = mask._data if isinstance(mask, Tensor) else np.asarray(mask)
-    if mask.dtype != np.bool_:
-        raise TypeError(f"{op}: mask must be bool (True = keep), got dtype {mask.dtype}")
-    check_broadcast(f"{op}: mask", mask.shape, shape)
-    return mask
-
-
-def softmax(x: Tensor, dim: int = -1, mask: Any = None) -> Tensor:
-    """exp(x) / sum(exp(x)) along `dim`; entries where the bool `mask` is False get probability 0."""
-    x = _float_tensor(x, "softmax")
-    if x.ndim == 0:
-        raise ValueError("softmax: the input needs at least one dim, got a 0-d tensor")
-    return _along_last(Softmax, x, dim, _bool_mask(mask, x.shape, "softmax"))
-
-
-def log_softmax(x: Tensor, dim: int = -1, mask: Any = None) -> Tensor:
-    """x - logsumexp(x) along `dim`; masked entries give -inf, fully masked rows 0."""
-    x = _float_tensor(x, "log_softmax")
-    if x.ndim == 0:
-        raise ValueError("log_softmax: the input needs at least one dim, got a 0-d tensor")
-    return _along_last(LogSoftmax, x, dim, _bool_mask(mask, x.shape, "log_softmax"))
-
-
-Tensor.softmax = lambda self, dim=-1: softmax(self, dim)  # x.softmax(dim), as in PyTorch
-Tensor.log_softmax = lambda self, dim=-1: log_softmax(self, dim)
+from .ops import (
+    _float_tensor,
+    _rows,
+    check_number,
+    check_tensor,
+    log_softmax,
+    softmax,
+)
+from .tensor import Tensor
 
 
 class LayerNorm(Function):

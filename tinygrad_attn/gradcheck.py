@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Tensor, no_grad
-from .ops import where
+from .engine import no_grad
+from .tensor import Tensor, where
 
 
 class GradcheckError(RuntimeError):

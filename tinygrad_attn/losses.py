@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Function, Tensor, _short
+from .engine import Function, _short
 from .functional import _float_tensor, class_rows, log_softmax
 from .functional import cross_entropy as _fused_cross_entropy
 from .ops import check_number, check_tensor
+from .tensor import Tensor
 
 REDUCTIONS = ("mean", "sum", "none")
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Tensor
+from .tensor import Tensor
 
 
 def causal_mask(tq: int, tk: int | None = None, offset: int = 0) -> Tensor:

@@ -3,7 +3,7 @@
 Notation: `grad` is dL/d(output). Each backward returns dL/d(input) for each
 input, in the output's (possibly broadcast) shape; the engine sums it back to
 the input's shape. Composite ops (mean, transpose, unsqueeze, stack, ...) are
-built from these in engine.py and functional.py.
+built from these by Tensor's methods (tensor.py) and functional.py.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from . import rng
-from .dtypes import DEFAULT_FLOAT, is_number, result_type
-from .engine import Context, Function, Tensor, _short, check_device, device, is_grad_enabled, no_grad, tensor_dtype
+from .engine import Context, Function, Node, _short, device
 from .kernels.relu import relu_backward, relu_forward
+from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
 from .memory import check_fits
 
 # --- elementwise, two inputs ---------------------------------------------------
@@ -524,9 +523,9 @@ def normalize_dim(dim: int, ndim: int, op: str) -> int:
     return int(dim) % max(ndim, 1)
 
 
-def check_tensor(x: Any, op: str, name: str = "input") -> Tensor:
+def check_tensor(x: Any, op: str, name: str = "input") -> Node:
     """x if it is a Tensor, else one clear TypeError (as PyTorch's functions and modules take only tensors)."""
-    if not isinstance(x, Tensor):
+    if not isinstance(x, Node):
         raise TypeError(f"{op}: {name} must be a Tensor, got {type(x).__name__}; wrap it as ta.tensor(...)")
     return x
 
@@ -586,7 +585,7 @@ def normalize_index(index: Any, shape: tuple[int, ...]) -> Any:
     items = index if isinstance(index, tuple) else (index,)
     converted = []
     for item in items:
-        if isinstance(item, Tensor):
+        if isinstance(item, Node):
             item = item._data
         elif isinstance(item, list):
             item = np.asarray(item)
@@ -599,60 +598,6 @@ def normalize_index(index: Any, shape: tuple[int, ...]) -> Any:
     except IndexError as err:
         raise IndexError(f"index {index!r} is invalid for a tensor of shape {shape}: {err}") from None
     return tuple(converted) if isinstance(index, tuple) else converted[0]
-
-
-def cat(tensors: list[Tensor], dim: int = 0) -> Tensor:
-    """Join tensors along an existing dim."""
-    tensors = [t if isinstance(t, Tensor) else Tensor(t) for t in tensors]
-    if not tensors:
-        raise ValueError("cat: expected a non-empty list of tensors")
-    first = tensors[0].shape
-    axis = normalize_dim(dim, len(first), "cat")
-    for t in tensors[1:]:
-        if len(t.shape) != len(first) or any(
-            n != m for i, (n, m) in enumerate(zip(t.shape, first)) if i != axis
-        ):
-            raise ValueError(f"cat: shapes {first} and {t.shape} differ outside dim {dim}")
-    return Cat.apply(*tensors, axis=axis)
-
-
-def stack(tensors: list[Tensor], dim: int = 0) -> Tensor:
-    """Join same-shaped tensors along a new dim."""
-    tensors = [t if isinstance(t, Tensor) else Tensor(t) for t in tensors]
-    if not tensors:
-        raise ValueError("stack: expected a non-empty list of tensors")
-    shapes = {t.shape for t in tensors}
-    if len(shapes) > 1:
-        raise ValueError(f"stack: all tensors must have the same shape, got {sorted(shapes)}")
-    ndim = tensors[0].ndim + 1
-    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not -ndim <= dim < ndim:
-        raise IndexError(f"stack: dim {dim!r} is out of range for stacking tensors of {ndim - 1} dims "
-                         f"(allowed: {-ndim} to {ndim - 1})")
-    return cat([t.unsqueeze(dim) for t in tensors], dim)
-
-
-def where(cond: Any, a: Any, b: Any) -> Tensor:
-    """Elementwise choice: a where the bool `cond` is True, else b."""
-    cond = cond if isinstance(cond, Tensor) else Tensor(np.asarray(cond))
-    if cond.dtype != np.bool_:
-        raise TypeError(f"where: cond must be bool, got dtype {cond.dtype}")
-    dtype = result_type(*(x if isinstance(x, Tensor) or is_number(x) else Tensor._wrap(x) for x in (a, b)))
-    a, b = (x.astype(dtype) if isinstance(x, Tensor) else Tensor._result(np.asarray(x, dtype), None) for x in (a, b))
-    check_broadcast("where", cond.shape, a.shape, b.shape)
-    return Where.apply(cond, a, b)
-
-
-def maximum(a: Any, b: Any) -> Tensor:
-    """The elementwise larger of a and b (NaN if either is NaN); ties share the gradient evenly."""
-    a = a if isinstance(a, Tensor) else Tensor._wrap(a)
-    a, b = a._promoted(b, "maximum")
-    shape = check_broadcast("maximum", a.shape, b.shape)
-    return stack([a.expand(shape), b.expand(shape)]).amax(0)
-
-
-def minimum(a: Any, b: Any) -> Tensor:
-    a = a if isinstance(a, Tensor) else Tensor._wrap(a)
-    return -maximum(-a, -a._operand(b))
 
 
 # PyTorch's named tuples for ops that return (values, indices): x.max(1).values, x.max(1)[0], `_, i = x.max(1)`.
@@ -677,644 +622,95 @@ def _is_dtype_name(value: Any) -> bool:
     return True
 
 
-# --- Tensor's operators and methods: each calls one of the Functions above --------------------------
 
+# --- softmax along a dim: the fused rules Tensor.softmax and functional.softmax both call -----------------
 
-class _TensorMethods:
-    """Installed on Tensor below; here so that engine.py need not import the ops."""
+_NO_MASK = np.zeros((0, 0), dtype=np.bool_)
 
-    # --- arithmetic (gradient rules in py) ---------------------------------
-    def _operand(self, other: Any) -> Tensor:
-        """`other` as a tensor; a plain number takes this tensor's dtype when that loses nothing (PyTorch's
-        promotion: a float32 tensor times 0.5 stays float32)."""
-        if isinstance(other, Tensor):
-            return other
-        if is_number(other):
-            return Tensor._result(np.asarray(other, dtype=result_type(self, other)), None)
-        if isinstance(other, (list, tuple)):
-            return Tensor._wrap(np.asarray(other))
-        return Tensor._wrap(other)
 
-    def _promoted(self, other: Any, op: str) -> tuple[Tensor, Tensor]:
-        """Both operands in the dtype PyTorch computes `self op other` in (a cast is a node of the graph)."""
-        kind = type(other)
-        if kind is Tensor and other.dtype == self.dtype:
-            return self, other
-        if (kind is float or kind is int) and self.dtype.kind == "f":  # the common case: x * 0.5 keeps x's dtype
-            return self, Tensor._result(np.asarray(other, self.dtype), None)
-        number = not isinstance(other, Tensor)
-        dtype = result_type(self, other)
-        other = self._operand(other)
-        if number and other.dtype != dtype:
-            other = Tensor._result(other._data.astype(dtype), None)
-        return self.astype(dtype), other.astype(dtype)
+def _rows(a: np.ndarray) -> np.ndarray:
+    """(..., N) -> contiguous (R, N): the layout every row-wise kernel takes."""
+    return np.ascontiguousarray(rows_of(a))
 
-    def _binary(self, op: type[Function], other: Any, reverse: bool = False) -> Tensor:
-        a, b = self._promoted(other, op.__name__.lower())
-        if op is Div and a.dtype.kind != "f":  # true division of integers gives the default float
-            a, b = a.astype(DEFAULT_FLOAT), b.astype(DEFAULT_FLOAT)
-        a, b = (b, a) if reverse else (a, b)
-        if a.shape != b.shape and a.ndim and b.ndim:  # a 0-d operand broadcasts to anything
-            check_broadcast(op.__name__.lower(), a.shape, b.shape)
-        return op.apply(a, b)
 
-    def __add__(self, other): return self._binary(Add, other)
-    def __radd__(self, other): return self._binary(Add, other, reverse=True)
-    def __sub__(self, other): return self._binary(Sub, other)
-    def __rsub__(self, other): return self._binary(Sub, other, reverse=True)
-    def __mul__(self, other): return self._binary(Mul, other)
-    def __rmul__(self, other): return self._binary(Mul, other, reverse=True)
-    def __truediv__(self, other): return self._binary(Div, other)
-    def __rtruediv__(self, other): return self._binary(Div, other, reverse=True)
-    def __neg__(self): return Neg.apply(self)
+def _keep_rows(keep: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    return _NO_MASK if keep is None else _rows(np.broadcast_to(keep, shape))
 
-    def __pow__(self, exponent: float) -> Tensor:
-        if isinstance(exponent, (Tensor, bool, str)) or not isinstance(exponent, (int, float, np.number)):
-            raise TypeError(f"pow: the exponent must be a number, got {exponent!r:.40}")
-        return Pow.apply(self, exponent=exponent)
 
-    def matmul(self, other: Any) -> Tensor:
-        other = self._operand(other)
-        check_matmul(self.shape, other.shape, self.dtype.itemsize)
-        if other.dtype != self.dtype:
-            raise RuntimeError(f"matmul: expected both operands to have the same dtype, got {self.dtype} and "
-                               f"{other.dtype} (cast one with .to(dtype), as PyTorch requires)")
-        return MatMul.apply(self, other)
+class Softmax(Function):
+    """Softmax over the last axis; `keep` (bool, broadcastable) masks entries out."""
 
-    def __matmul__(self, other): return self.matmul(other)
-    def __rmatmul__(self, other): return self._operand(other).matmul(self)
+    @staticmethod
+    def forward(ctx, x, keep=None):
+        y, _ = softmax_forward(_rows(x), _keep_rows(keep, x.shape), False)
+        ctx.save_for_backward(y)
+        return y.reshape(x.shape)
 
-    # comparisons give bool tensors with no history
-    def __lt__(self, other): return Tensor(self._data < self._operand(other)._data)
-    def __le__(self, other): return Tensor(self._data <= self._operand(other)._data)
-    def __gt__(self, other): return Tensor(self._data > self._operand(other)._data)
-    def __ge__(self, other): return Tensor(self._data >= self._operand(other)._data)
-    def __eq__(self, other): return Tensor(self._data == self._operand(other)._data)  # type: ignore[override]
-    def __ne__(self, other): return Tensor(self._data != self._operand(other)._data)  # type: ignore[override]
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return softmax_backward(y, _rows(grad)).reshape(grad.shape)  # y * (g - sum(g * y))
 
-    # --- elementwise functions ----------------------------------------------
-    def exp(self): return Exp.apply(self)
-    def log(self): return Log.apply(self)
-    def sqrt(self): return Sqrt.apply(self)
-    def tanh(self): return Tanh.apply(self)
-    def sigmoid(self): return Sigmoid.apply(self)
-    def relu(self): return Relu.apply(self)
 
-    def astype(self, dtype: Any) -> Tensor:
-        """A differentiable cast: the gradient flows back in this tensor's dtype."""
-        dtype = tensor_dtype(dtype, "astype")
-        return self if dtype == self.dtype else Cast.apply(self, dtype=dtype)
+class LogSoftmax(Function):
+    """Log-softmax over the last axis; masked entries are -inf, dead rows 0."""
 
-    def float(self): return self.astype(np.float32)
-    def double(self): return self.astype(np.float64)
+    @staticmethod
+    def forward(ctx, x, keep=None):
+        y, lse = softmax_forward(_rows(x), _keep_rows(keep, x.shape), True)
+        ctx.save_for_backward(y, lse)
+        return y.reshape(x.shape)
 
-    # --- reductions ---------------------------------------------------------
-    def sum(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
-        keepdim = check_flag(keepdim, "keepdim", "sum")
-        return Sum.apply(self, axis=normalize_dims(dim, self.ndim, "sum"), keepdim=keepdim)
+    @staticmethod
+    def backward(ctx, grad):
+        y, lse = ctx.saved_tensors
+        return log_softmax_backward(y, _rows(grad), lse).reshape(grad.shape)  # g - p * sum(g)
 
-    def mean(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
-        axis = normalize_dims(dim, self.ndim, "mean")
-        check_flag(keepdim, "keepdim", "mean")
-        count = math.prod(self.shape[a] for a in axis)
-        return self.sum(dim, keepdim) * (1.0 / count if count else math.nan)  # the mean of nothing is NaN
 
-    def amax(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
-        """Largest value over `dim` (all dims by default); the gradient is split evenly among tied maxima."""
-        keepdim = check_flag(keepdim, "keepdim", "amax")
-        return Max.apply(self, axis=self._nonempty_dims(dim, "amax"), keepdim=keepdim)
+def _float_tensor(x: Any, op: str, name: str = "input") -> Node:
+    """x as a float32 or float64 tensor, or one clear error: integer and bool inputs are refused (as PyTorch
+    refuses them in softmax and layer norm), float16 too (the kernels compute in float32 or float64)."""
+    x = check_tensor(x, op, name)
+    if x.dtype not in (np.float32, np.float64):
+        hint = "; convert it with .float()" if x.dtype.kind in "iubf" else ""
+        raise TypeError(f"{op}: {name} must be float32 or float64, got {x.dtype}{hint}")
+    return x
 
-    def amin(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
-        check_flag(keepdim, "keepdim", "amin")
-        self._nonempty_dims(dim, "amin")
-        return -((-self).amax(dim, keepdim))
 
-    def max(self, dim: Any = None, keepdim: bool = False) -> Any:
-        """x.max(): the largest value; x.max(dim): PyTorch's (values, indices) named tuple, the gradient
-        going to the index returned; x.max(other): the elementwise maximum."""
-        if isinstance(dim, Tensor):
-            return maximum(self, dim)
-        if dim is None:
-            check_flag(keepdim, "keepdim", "max")
-            return self.amax()
-        return self._extreme(np.argmax, "max", dim, keepdim)
+def _along_last(fn: type[Function], x: Node, dim: int, keep: np.ndarray | None) -> Node:
+    """Apply a last-axis Function along `dim` by moving `dim` last and back."""
+    dim = normalize_dim(dim, x.ndim, fn.__name__.lower())
+    if dim == x.ndim - 1 or x.ndim == 0:
+        return fn.apply(x, keep=keep)
+    if keep is not None:
+        keep = np.swapaxes(np.broadcast_to(keep, x.shape), dim, -1)
+    return fn.apply(x.transpose(dim, -1), keep=keep).transpose(dim, -1)
 
-    def min(self, dim: Any = None, keepdim: bool = False) -> Any:
-        """As max: x.min(), x.min(dim) -> (values, indices), x.min(other)."""
-        if isinstance(dim, Tensor):
-            return minimum(self, dim)
-        if dim is None:
-            check_flag(keepdim, "keepdim", "min")
-            return self.amin()
-        return self._extreme(np.argmin, "min", dim, keepdim)
 
-    def _extreme(self, arg: Any, name: str, dim: int, keepdim: bool) -> Any:
-        keepdim = check_flag(keepdim, "keepdim", name)
-        if isinstance(dim, (tuple, list)):
-            raise TypeError(f"{name}: dim must be one int when indices are returned, got {dim!r}; use amax/amin")
-        axis = self._nonempty_dims(dim, name)[0] if self.ndim else 0
-        if self.ndim == 0:
-            return return_types[name](self.clone(), Tensor._result(np.zeros((), np.int64), None))
-        index = arg(self._data, axis=axis, keepdims=True).astype(np.int64)  # the first NaN wins, as in PyTorch
-        return self._picked(name, index, axis, keepdim)
+def _bool_mask(mask: Any, shape: tuple[int, ...], op: str) -> np.ndarray | None:
+    if mask is None:
+        return None
+    mask = mask._data if isinstance(mask, Node) else np.asarray(mask)
+    if mask.dtype != np.bool_:
+        raise TypeError(f"{op}: mask must be bool (True = keep), got dtype {mask.dtype}")
+    check_broadcast(f"{op}: mask", mask.shape, shape)
+    return mask
 
-    def _picked(self, name: str, index: np.ndarray, axis: int, keepdim: bool) -> Any:
-        """(values at `index` along `axis`, index) as PyTorch's named tuple; values carry the gradient."""
-        values = TakeAlongDim.apply(self, indices=index, axis=axis)
-        if not keepdim:
-            values, index = values.squeeze(axis), np.squeeze(index, axis)
-        return return_types[name](values, Tensor._result(index, None))
 
-    def sort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Any:
-        """(values, indices) sorted along `dim`; NaN sorts as the largest value, as in PyTorch."""
-        axis = normalize_dim(dim, self.ndim, "sort")
-        check_flag(descending, "descending", "sort")
-        data = self._data if self.ndim else self._data.reshape(1)
-        order = np.argsort(data, axis=axis, kind="stable")
-        if descending:  # reversed ascending order keeps NaN first; ties keep their order
-            order = np.flip(np.argsort(np.flip(data, axis), axis=axis, kind="stable"), axis)
-            order = data.shape[axis] - 1 - order if data.shape[axis] else order
-        order = order.astype(np.int64).reshape(self.shape)
-        values = TakeAlongDim.apply(self, indices=order, axis=axis) if self.ndim else self.clone()
-        return return_types["sort"](values, Tensor._result(order, None))
+def softmax(x: Node, dim: int = -1, mask: Any = None) -> Node:
+    """exp(x) / sum(exp(x)) along `dim`; entries where the bool `mask` is False get probability 0."""
+    x = _float_tensor(x, "softmax")
+    if x.ndim == 0:
+        raise ValueError("softmax: the input needs at least one dim, got a 0-d tensor")
+    return _along_last(Softmax, x, dim, _bool_mask(mask, x.shape, "softmax"))
 
-    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = False) -> Tensor:
-        return self.sort(dim, descending, stable).indices
 
-    def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False) -> Any:
-        """(values, indices) of the k-th smallest entry (k from 1) along `dim`."""
-        axis = normalize_dim(dim, self.ndim, "kthvalue")
-        length = self.shape[axis] if self.ndim else 1
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= length:
-            raise IndexError(f"kthvalue: k must be an int in [1, {length}] (the length of dim {dim}), got {k!r}")
-        order = self.sort(dim).indices._data
-        index = np.take(order, [k - 1], axis=axis) if self.ndim else order.reshape(())
-        return self._picked("kthvalue", index, axis, check_flag(keepdim, "keepdim", "kthvalue")) if self.ndim \
-            else return_types["kthvalue"](self.clone(), Tensor._result(np.zeros((), np.int64), None))
+def log_softmax(x: Node, dim: int = -1, mask: Any = None) -> Node:
+    """x - logsumexp(x) along `dim`; masked entries give -inf, fully masked rows 0."""
+    x = _float_tensor(x, "log_softmax")
+    if x.ndim == 0:
+        raise ValueError("log_softmax: the input needs at least one dim, got a 0-d tensor")
+    return _along_last(LogSoftmax, x, dim, _bool_mask(mask, x.shape, "log_softmax"))
 
-    def median(self, dim: int | None = None, keepdim: bool = False) -> Any:
-        """The lower median (PyTorch's: no average of the two middle values); NaN if the row holds NaN.
-        x.median() is a value; x.median(dim) is (values, indices)."""
-        if dim is None:
-            flat = self.reshape(-1)
-            if flat.shape[0] == 0:
-                raise ValueError("median: the tensor is empty")
-            return flat.median(0).values
-        axis = normalize_dim(dim, self.ndim, "median")
-        self._nonempty_dims(dim, "median")
-        if self.ndim == 0:
-            return return_types["median"](self.clone(), Tensor._result(np.zeros((), np.int64), None))
-        order = np.argsort(self._data, axis=axis, kind="stable")
-        index = np.take(order, [(self.shape[axis] - 1) // 2], axis=axis)
-        if self.dtype.kind == "f":
-            nan = np.isnan(self._data)
-            has_nan = nan.any(axis=axis, keepdims=True)
-            index = np.where(has_nan, np.argmax(nan, axis=axis, keepdims=True), index)
-        return self._picked("median", index.astype(np.int64), axis, check_flag(keepdim, "keepdim", "median"))
 
-    def var(self, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
-        """Variance with PyTorch's default correction=1 (Bessel's, the unbiased estimate); correction=0 is the
-        population variance. `unbiased=False` is the older spelling of correction=0."""
-        if isinstance(dim, bool):  # x.var(False): the old positional `unbiased`
-            dim, unbiased = None, dim
-        if unbiased is not None and correction is not None:
-            raise TypeError("var: give unbiased or correction, not both")
-        correction = (1 if unbiased is None or unbiased else 0) if correction is None else correction
-        correction = check_number(correction, "correction", "var", low=0)
-        axis = normalize_dims(dim, self.ndim, "var")
-        count = math.prod(self.shape[a] for a in axis)
-        centred = self - self.mean(axis, keepdim=True)
-        return (centred * centred).sum(axis, keepdim) * (1.0 / (count - correction) if count > correction
-                                                         else math.nan if count == 0 else math.inf)
-
-    def std(self, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
-        """Standard deviation: the square root of var (PyTorch's default correction=1)."""
-        return self.var(dim, unbiased, keepdim, correction=correction).sqrt()
-
-    def all(self, dim: int | None = None, keepdim: bool = False, **numpy_args: Any) -> Tensor:
-        """True where every entry along `dim` (or in the tensor) is non-zero; np.all(tensor) works too."""
-        dim = numpy_args.get("axis", dim)
-        axis = None if dim is None else normalize_dim(dim, self.ndim, "all")
-        return Tensor._result(np.asarray(np.all(self._data, axis=axis, keepdims=keepdim and dim is not None)), None)
-
-    def any(self, dim: int | None = None, keepdim: bool = False, **numpy_args: Any) -> Tensor:
-        dim = numpy_args.get("axis", dim)
-        axis = None if dim is None else normalize_dim(dim, self.ndim, "any")
-        return Tensor._result(np.asarray(np.any(self._data, axis=axis, keepdims=keepdim and dim is not None)), None)
-
-    def unique(self, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False,  # noqa: A002
-               dim: int | None = None) -> Any:
-        if dim is not None:
-            raise NotImplementedError("unique: dim is not supported here; use unique() on the flattened tensor")
-        values, inverse, counts = np.unique(self._data, return_inverse=True, return_counts=True)
-        out = [Tensor._result(values, None)]
-        if return_inverse:
-            out.append(Tensor._result(inverse.reshape(self.shape).astype(np.int64), None))
-        if return_counts:
-            out.append(Tensor._result(counts.astype(np.int64), None))
-        return out[0] if len(out) == 1 else tuple(out)
-
-    def nonzero(self, as_tuple: bool = False) -> Any:
-        found = np.nonzero(self._data if self.ndim else self._data.reshape(1))
-        if as_tuple:
-            return tuple(Tensor._result(i.astype(np.int64), None) for i in found)
-        return Tensor._result(np.stack(found, axis=1).astype(np.int64) if found else np.zeros((0, 0), np.int64),
-                              None)
-
-    def cumsum(self, dim: int) -> Tensor:
-        return CumSum.apply(self, axis=normalize_dim(dim, self.ndim, "cumsum"))
-
-    def sin(self) -> Tensor: return Sin.apply(self)
-    def cos(self) -> Tensor: return Sin.apply(self + (math.pi / 2))  # cos a = sin(a + pi/2)
-    def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
-    def reciprocal(self) -> Tensor: return 1.0 / self
-    def square(self) -> Tensor: return self * self
-    def norm(self, p: float = 2, dim: Any = None, keepdim: bool = False) -> Tensor:
-        if p != 2:
-            raise NotImplementedError(f"norm: only p=2 is supported here, got p={p!r}")
-        return (self * self).sum(dim, keepdim).sqrt()
-
-    def _in_place(self, op: str, compute: Any, *operands: Any) -> Tensor:
-        """Change this tensor's memory to compute(self), as PyTorch's in-place ops do.
-
-        Out of any recorded graph the result is written straight back. When the graph is recorded, the op
-        runs on a copy of the old value (so its backward keeps what it needs), its result is written into
-        this tensor's memory, and this tensor becomes that result in the graph. Every write counts one on
-        the version counter, which backward checks against what each op saved."""
-        if not self._data.flags.writeable:
-            raise RuntimeError(f"{op}: this tensor's data (shape {self.shape}) is a read-only view (from expand); "
-                               "clone() it first")
-        recording = is_grad_enabled() and (self.requires_grad or any(
-            isinstance(o, Tensor) and o.requires_grad for o in operands))
-        if recording and self.requires_grad and self._ctx is None:
-            raise RuntimeError(f"{op}: a leaf tensor that requires grad is being used in an in-place operation; "
-                               "change it under ta.no_grad() (as optimizers do), or change a clone()")
-        if recording and self._base is not None and self._base.requires_grad:
-            raise RuntimeError(f"{op}: in-place change of a view of a tensor that requires grad is not supported "
-                               "here (PyTorch rewrites the base's graph); change a clone() or build the result "
-                               "out of place")
-        if recording and self._used:
-            raise RuntimeError(f"{op}: this tensor was already used by an op whose gradient is recorded; an "
-                               "in-place change now would reroute that op's gradient. Change a clone() instead, "
-                               "or use the out-of-place op")
-        if not recording:
-            with no_grad():
-                result = compute(self)
-        else:
-            old = Tensor._result(self._data.copy(), self._ctx)
-            old.requires_grad = self.requires_grad
-            result = compute(old)
-        if result.shape != self.shape and np.broadcast_shapes(result.shape, self.shape) != self.shape:
-            raise RuntimeError(f"{op}: the result of shape {result.shape} does not fit this tensor's {self.shape}")
-        if result.dtype.kind == "f" and self.dtype.kind in "iub":
-            raise RuntimeError(f"{op}: result type {result.dtype} can't be cast to this tensor's {self.dtype}")
-        np.copyto(self._data, result._data, casting="unsafe")
-        self.bump_version()
-        if recording and result.requires_grad:
-            self._ctx, self.requires_grad = result._ctx, True
-        return self
-
-    def add_(self, other: Any, alpha: float = 1) -> Tensor:
-        return self._in_place("add_", lambda t: t + (other if alpha == 1 else other * alpha), other)
-
-    def sub_(self, other: Any, alpha: float = 1) -> Tensor:
-        return self._in_place("sub_", lambda t: t - (other if alpha == 1 else other * alpha), other)
-
-    def mul_(self, other: Any) -> Tensor: return self._in_place("mul_", lambda t: t * other, other)
-    def div_(self, other: Any) -> Tensor: return self._in_place("div_", lambda t: t / other, other)
-    def pow_(self, exponent: Any) -> Tensor: return self._in_place("pow_", lambda t: t ** exponent, exponent)
-    def neg_(self) -> Tensor: return self._in_place("neg_", lambda t: -t)
-    def exp_(self) -> Tensor: return self._in_place("exp_", lambda t: t.exp())
-    def sqrt_(self) -> Tensor: return self._in_place("sqrt_", lambda t: t.sqrt())
-    def relu_(self) -> Tensor: return self._in_place("relu_", lambda t: t.relu())
-    def __iadd__(self, other: Any) -> Tensor: return self.add_(other)
-    def __isub__(self, other: Any) -> Tensor: return self.sub_(other)
-    def __imul__(self, other: Any) -> Tensor: return self.mul_(other)
-    def __itruediv__(self, other: Any) -> Tensor: return self.div_(other)
-
-    def clamp_(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
-        return self._in_place("clamp_", lambda t: t.clamp(min, max))
-
-    def fill_(self, value: Any) -> Tensor:
-        if isinstance(value, Tensor):
-            if value.ndim:
-                raise RuntimeError(f"fill_: only a 0-d tensor can be a fill value, got shape {value.shape}")
-            return self._in_place("fill_", lambda t: t * 0 + value, value)
-        if not is_number(value):
-            raise TypeError(f"fill_: value must be a number, got {_short(value)}")
-        return self._in_place("fill_", lambda t: t.masked_fill(np.ones((), bool), value))
-
-    def zero_(self) -> Tensor: return self.fill_(0)
-
-    def masked_fill_(self, mask: Any, value: Any) -> Tensor:
-        return self._in_place("masked_fill_", lambda t: t.masked_fill(mask, value))
-
-    def copy_(self, src: Any) -> Tensor:
-        src = src if isinstance(src, Tensor) else Tensor._wrap(np.asarray(src))
-        check_broadcast("copy_", src.shape, self.shape)
-        return self._in_place("copy_", lambda t: CopyInto.apply(t, src), src)
-
-    def scatter(self, dim: int, index: Any, src: Any = None, value: Any = None) -> Tensor:
-        """Out-of-place scatter: entries at `index` along `dim` take src's (or `value`)."""
-        axis = normalize_dim(dim, self.ndim, "scatter")
-        index = index._data if isinstance(index, Tensor) else np.asarray(index)
-        if index.dtype.kind not in "iu" or index.ndim != self.ndim:
-            raise TypeError(f"scatter: index must be an int tensor with {self.ndim} dims, got {index.dtype} of "
-                            f"shape {index.shape}")
-        if index.size and (index.min() < -self.shape[axis] or index.max() >= self.shape[axis]):
-            raise IndexError(f"scatter: index out of range for dim {dim} of length {self.shape[axis]}")
-        if src is None and value is None:
-            raise TypeError("scatter: give src (a tensor) or value (a number)")
-        if src is None or is_number(src):
-            src = Tensor._result(np.full(index.shape, value if src is None else src, self.dtype), None)
-        src = self._operand(src).astype(self.dtype)
-        if any(i > n for i, n in zip(index.shape, src.shape)):
-            raise ValueError(f"scatter: index of shape {index.shape} is larger than src's {src.shape}")
-        return Scatter.apply(self, src, index=index, axis=axis)
-
-    def scatter_(self, dim: int, index: Any, src: Any = None, value: Any = None) -> Tensor:
-        return self._in_place("scatter_", lambda t: t.scatter(dim, index, src, value), src)
-
-    def index_fill(self, dim: int, index: Any, value: Any) -> Tensor:
-        axis = normalize_dim(dim, self.ndim, "index_fill")
-        index = np.asarray(index._data if isinstance(index, Tensor) else index).reshape(-1)
-        if index.dtype.kind not in "iu":
-            raise TypeError(f"index_fill: index must be an int tensor, got {index.dtype}")
-        length = self.shape[axis] if self.ndim else 1
-        if index.size and (index.min() < -length or index.max() >= length):
-            raise IndexError(f"index_fill: index out of range for dim {dim} of length {length}")
-        picked = np.zeros(length, bool)
-        picked[index] = True
-        return self.masked_fill(picked.reshape((-1,) + (1,) * (self.ndim - axis - 1)) if self.ndim else picked[0],
-                                value)
-
-    def index_fill_(self, dim: int, index: Any, value: Any) -> Tensor:
-        return self._in_place("index_fill_", lambda t: t.index_fill(dim, index, value))
-
-    def normal_(self, mean: float = 0.0, std: float = 1.0) -> Tensor:
-        draw = rng.generator().normal(mean, std, self.shape)
-        return self._in_place("normal_", lambda t: Tensor._result(draw.astype(self.dtype), None))
-
-    def uniform_(self, a: float = 0.0, b: float = 1.0) -> Tensor:
-        draw = rng.generator().uniform(a, b, self.shape)
-        return self._in_place("uniform_", lambda t: Tensor._result(draw.astype(self.dtype), None))
-
-    # --- dtypes and devices ---------------------------------------------------------
-    def to(self, *args: Any, **kwargs: Any) -> Tensor:
-        """to(dtype), to(device), to(device, dtype), to(other tensor); "cpu" is the only device."""
-        dtype = kwargs.pop("dtype", None)
-        check_device(kwargs.pop("device", None), "to")
-        kwargs.pop("non_blocking", None)
-        kwargs.pop("copy", None)
-        if kwargs:
-            raise TypeError(f"to: unexpected arguments {sorted(kwargs)}")
-        for a in args:
-            if isinstance(a, Tensor):
-                dtype = a.dtype
-            elif isinstance(a, (str, device)) and not _is_dtype_name(a):
-                check_device(a, "to")
-            elif isinstance(a, int) and not isinstance(a, bool):
-                check_device(a, "to")
-            else:
-                dtype = a
-        return self if dtype is None else self.astype(dtype)
-
-    def cpu(self) -> Tensor: return self
-
-    def cuda(self, *args: Any, **kwargs: Any) -> Tensor:
-        raise RuntimeError("cuda: tinygrad_attn runs on the CPU only (ta.cuda.is_available() is False); use .cpu()")
-
-    def type(self, dtype: Any = None) -> Any:
-        """x.type() names the dtype as PyTorch does ('torch.FloatTensor'); x.type(dtype) casts."""
-        if dtype is None:
-            return _TYPE_NAMES.get(self.dtype, f"ta.{self.dtype}")
-        if isinstance(dtype, str):
-            names = {v: k for k, v in _TYPE_NAMES.items()}
-            if dtype not in names:
-                raise TypeError(f"type: unknown type name {dtype!r}; use one of {sorted(names)} or a dtype")
-            dtype = names[dtype]
-        return self.astype(dtype)
-
-    def type_as(self, other: Tensor) -> Tensor: return self.astype(check_tensor(other, "type_as", "other").dtype)
-    def long(self) -> Tensor: return self.astype(np.int64)
-    def int(self) -> Tensor: return self.astype(np.int32)
-    def bool(self) -> Tensor: return self.astype(np.bool_)
-    def half(self) -> Tensor: return self.astype(np.float16)
-    def is_floating_point(self) -> bool: return self.dtype.kind == "f"
-    def element_size(self) -> int: return self.dtype.itemsize
-
-    # --- bool and integer bitwise operators (combine masks: causal & padding) ---------
-    def _bitwise(self, fn: Any, other: Any, name: str) -> Tensor:
-        other = self._operand(other)
-        for t in (self, other):
-            if t.dtype.kind not in "biu":
-                raise TypeError(f"{name}: only bool and integer tensors, got {t.dtype}")
-        check_broadcast(name, self.shape, other.shape)
-        return Tensor._result(fn(self._data, other._data), None)
-
-    def __and__(self, other): return self._bitwise(np.bitwise_and, other, "&")
-    def __or__(self, other): return self._bitwise(np.bitwise_or, other, "|")
-    def __xor__(self, other): return self._bitwise(np.bitwise_xor, other, "^")
-    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
-    def logical_and(self, other): return self.bool() & self._operand(other).bool()
-    def logical_or(self, other): return self.bool() | self._operand(other).bool()
-    def logical_not(self): return Tensor._result(~self._data.astype(bool), None)
-
-    def __invert__(self) -> Tensor:
-        if self.dtype.kind not in "biu":
-            raise TypeError(f"~: only bool and integer tensors, got {self.dtype}")
-        return Tensor._result(~self._data, None)
-
-    def __floordiv__(self, other: Any) -> Tensor:
-        a, b = self._promoted(other, "floor_divide")
-        return Tensor._result(np.floor_divide(a._data, b._data), None)
-
-    def __mod__(self, other: Any) -> Tensor:
-        a, b = self._promoted(other, "remainder")
-        return Tensor._result(np.mod(a._data, b._data), None)
-
-    def _nonempty_dims(self, dim: int | tuple[int, ...] | None, op: str) -> tuple[int, ...]:
-        """The dims a max or min reduces over, none of them empty (there is no max of nothing)."""
-        axis = normalize_dims(dim, self.ndim, op)
-        if any(self.shape[a] == 0 for a in axis):
-            raise ValueError(f"{op}: the tensor of shape {self.shape} is empty along dim {dim}")
-        return axis
-
-    # --- shape ----------------------------------------------------------------
-    def reshape(self, *shape: Any) -> Tensor:
-        shape = resolve_shape(shape, self.shape)
-        return self if shape == self.shape else Reshape.apply(self, shape=shape)
-
-    def view(self, *shape: Any) -> Tensor:
-        """reshape that never copies: like PyTorch, a layout that would need a copy raises."""
-        target = resolve_shape(shape, self.shape, "view")
-        if self._data.size and not np.may_share_memory(self._data.reshape(target), self._data):
-            raise RuntimeError(f"view: shape {target} is not compatible with the strides of this tensor "
-                               f"(shape {self.shape}, a non-contiguous view); use .reshape(...) or "
-                               f".contiguous().view(...)")
-        return self.reshape(target)
-
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-        if self.ndim == 0:
-            return self.reshape(1)
-        start, end = normalize_dim(start_dim, self.ndim, "flatten"), normalize_dim(end_dim, self.ndim, "flatten")
-        if start > end:
-            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
-        return self.reshape(self.shape[:start] + (math.prod(self.shape[start : end + 1]),) + self.shape[end + 1 :])
-
-    def expand(self, *shape: Any) -> Tensor:
-        """Broadcast to `shape` (-1 keeps a dim), without copying."""
-        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        if len(shape) < self.ndim:
-            raise ValueError(f"expand: shape {shape} has fewer dims than the tensor's {self.shape}")
-        own = (1,) * (len(shape) - self.ndim) + self.shape
-        target = tuple(o if n == -1 else n for n, o in zip(shape, own))
-        if any(not isinstance(n, (int, np.integer)) or n < 0 for n in target) or any(
-                o != n and o != 1 for o, n in zip(own, target)):
-            raise ValueError(f"expand: the tensor of shape {self.shape} cannot be expanded to {shape}")
-        return Expand.apply(self, shape=target)
-
-    def clone(self) -> Tensor:
-        return Clone.apply(self)
-
-    def contiguous(self) -> Tensor:
-        return self if self._data.flags.c_contiguous else Clone.apply(self)
-
-    def split(self, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
-        """Pieces along `dim`: of split_size each (the last may be smaller), or of the given sizes."""
-        axis = normalize_dim(dim, self.ndim, "split")
-        length = self.shape[axis]
-        if isinstance(split_size_or_sections, (int, np.integer)) and not isinstance(split_size_or_sections, bool):
-            if split_size_or_sections <= 0:
-                raise ValueError(f"split: split_size must be positive, got {split_size_or_sections}")
-            sizes = [min(split_size_or_sections, length - i) for i in range(0, length, split_size_or_sections)] or [0]
-        elif not isinstance(split_size_or_sections, (list, tuple)):
-            raise TypeError(f"split: split_size_or_sections must be an int or a list of ints, got "
-                            f"{_short(split_size_or_sections)}")
-        else:
-            sizes = [int(n) for n in split_size_or_sections]
-            if sum(sizes) != length or any(n < 0 for n in sizes):
-                raise ValueError(f"split: sizes {sizes} do not add up to dim {dim}'s length {length}")
-        starts = np.cumsum([0] + sizes[:-1])
-        lead = (slice(None),) * axis
-        return tuple(self[lead + (slice(int(a), int(a) + n),)] for a, n in zip(starts, sizes))
-
-    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
-        """At most `chunks` pieces of ceil(length / chunks) along `dim`, as PyTorch's chunk."""
-        if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or chunks <= 0:
-            raise ValueError(f"chunk: chunks must be a positive int, got {chunks!r}")
-        length = self.shape[normalize_dim(dim, self.ndim, "chunk")]
-        if length == 0:  # PyTorch gives `chunks` empty pieces
-            return self.split([0] * int(chunks), dim)
-        return self.split(-(-length // chunks), dim)
-
-    def abs(self) -> Tensor:
-        return Abs.apply(self)
-
-    def clamp(self, min: float | None = None, max: float | None = None) -> Tensor:  # noqa: A002  (PyTorch's names)
-        if min is None and max is None:
-            raise ValueError("clamp: give min, max or both")
-        for name, bound in (("min", min), ("max", max)):
-            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float, np.number))):
-                raise TypeError(f"clamp: {name} must be a number, got {bound!r}")
-        return Clamp.apply(self, low=min, high=max)
-
-    clip = clamp
-
-    def _arg(self, fn, name: str, dim: int | None, keepdim: bool) -> Tensor:
-        check_flag(keepdim, "keepdim", name)
-        self._nonempty_dims(dim, name)
-        if dim is None:
-            return Tensor._result(np.asarray(fn(self._data.reshape(-1)), dtype=np.int64), None)
-        axis = normalize_dim(dim, self.ndim, name)
-        return Tensor._result(np.asarray(fn(self._data, axis=axis, keepdims=keepdim), dtype=np.int64), None)
-
-    def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
-        return self._arg(np.argmax, "argmax", dim, keepdim)
-
-    def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
-        return self._arg(np.argmin, "argmin", dim, keepdim)
-
-    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002
-        """(values, indices) of the k largest (or smallest) entries along `dim`; values carry the gradient."""
-        axis = normalize_dim(dim, self.ndim, "topk")
-        length = self.shape[axis] if self.ndim else 1
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= length:
-            raise ValueError(f"topk: k must be an int in [0, {length}] (the length of dim {dim}), got {k!r}")
-        keys = -self._data if largest else self._data
-        indices = np.argsort(keys, axis=axis, kind="stable")
-        indices = np.take(indices, np.arange(k), axis=axis).astype(np.int64)
-        return return_types["topk"](TakeAlongDim.apply(self, indices=indices, axis=axis),
-                                    Tensor._result(indices, None))
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        """x[index] = value, in place (PyTorch's index_put_): recorded in the graph when x or value needs a
-        gradient, as any in-place op."""
-        index = normalize_index(index, self.shape)
-        if isinstance(value, Tensor) or not is_number(value):
-            value = self._operand(value if isinstance(value, Tensor) else np.asarray(value))
-        if not is_grad_enabled() or not (self.requires_grad or (isinstance(value, Tensor) and value.requires_grad)):
-            if not self._data.flags.writeable:
-                raise RuntimeError(f"item assignment: this tensor's data (shape {self.shape}) is a read-only view "
-                                   "(from expand); clone() it first")
-            array = value._data if isinstance(value, Tensor) else value
-            try:
-                self._data[index] = array
-            except ValueError as err:
-                raise ValueError(f"item assignment: value of shape {np.shape(array)} does not fit "
-                                 f"x[{_short(index, 40)}] of a tensor of shape {self.shape} ({err})") from None
-            self.bump_version()
-            return
-        value = value if isinstance(value, Tensor) else Tensor._result(np.asarray(value, self.dtype), None)
-        self._in_place("setitem", lambda t: IndexPut.apply(t, value.astype(t.dtype), index=index), value)
-
-    def permute(self, *dims: Any) -> Tensor:
-        dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
-        if sorted(normalize_dim(d, self.ndim, "permute") for d in dims) != list(range(self.ndim)):
-            raise ValueError(f"permute: dims {dims} are not a permutation of the {self.ndim} dims of {self.shape}")
-        return Permute.apply(self, dims=tuple(normalize_dim(d, self.ndim, "permute") for d in dims))
-
-    def transpose(self, dim0: int, dim1: int) -> Tensor:
-        dims = list(range(self.ndim))
-        a, b = normalize_dim(dim0, self.ndim, "transpose"), normalize_dim(dim1, self.ndim, "transpose")
-        dims[a], dims[b] = dims[b], dims[a]
-        return Permute.apply(self, dims=tuple(dims))
-
-    @property
-    def T(self) -> Tensor:
-        if self.ndim != 2:
-            raise ValueError(f".T: only for 2-D tensors, this one has shape {self.shape}; use transpose(dim0, dim1)")
-        return self.transpose(0, 1)
-
-    def unsqueeze(self, dim: int) -> Tensor:
-        dim = normalize_dim(dim, self.ndim + 1, "unsqueeze")
-        return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
-
-    def squeeze(self, dim: int | None = None) -> Tensor:
-        if dim is None:
-            return self.reshape(tuple(n for n in self.shape if n != 1))
-        dim = normalize_dim(dim, self.ndim, "squeeze")
-        if self.shape[dim] != 1:
-            return self
-        return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
-
-    def __getitem__(self, index: Any) -> Tensor:
-        return GetItem.apply(self, index=normalize_index(index, self.shape))
-
-    def masked_fill(self, mask: Any, value: float) -> Tensor:
-        """Entries where the bool `mask` is True become `value` (and get no gradient)."""
-        mask = mask._data if isinstance(mask, Tensor) else np.asarray(mask)
-        if mask.dtype != np.bool_:
-            raise TypeError(f"masked_fill: mask must be bool, got dtype {mask.dtype}")
-        if isinstance(value, (bool, str)) or not isinstance(value, (int, float, np.number)):
-            raise TypeError(f"masked_fill: value must be a number, got {value!r:.40}")
-        if check_broadcast("masked_fill", mask.shape, self.shape) != self.shape:
-            raise ValueError(f"masked_fill: mask of shape {mask.shape} does not broadcast to the tensor's {self.shape}")
-        return Where.apply(Tensor(mask), Tensor(np.asarray(value, dtype=self.dtype)), self)
-
-
-for _name, _method in vars(_TensorMethods).items():
-    if _name not in ("__module__", "__dict__", "__weakref__", "__doc__", "__qualname__"):
-        setattr(Tensor, _name, _method)
-
-__all__ = ["Context", "Function", "Tensor", "cat", "stack", "where"]
+__all__ = ["Context", "Function"]

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Tensor
+from .tensor import Tensor
 
 
 def _flatten(obj: Mapping, prefix: str, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

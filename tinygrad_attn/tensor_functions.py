@@ -1,7 +1,7 @@
 """PyTorch's module-level functions of Tensor ops: `ta.exp(x)` is `x.exp()`, `ta.max(x, 1)` is `x.max(1)`.
 
-Each function here calls the Tensor method of the same name, so there is one implementation per op (in ops.py
-and functional.py) and these are its PyTorch spellings.
+Each function here calls the Tensor method of the same name, so there is one implementation per op (the
+method, in tensor.py) and these are its PyTorch spellings.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
-from .engine import Tensor
-from .ops import check_tensor, maximum, minimum
+from .ops import check_tensor
+from .tensor import Tensor, maximum, minimum
 
 
 def _method(name: str) -> Any:

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Tensor
 from .ops import check_tensor
+from .tensor import Tensor
 
 _warned = False
 

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from .. import functional as F
-from ..engine import Tensor
 from ..masks import causal_mask
-from ..ops import cat, check_tensor
+from ..ops import check_tensor
+from ..tensor import Tensor, cat
 from .layers import Linear, PackedLinearFunction
 from .module import Module
 

@@ -11,8 +11,8 @@ import math
 import numpy as np
 
 from .. import rng
-from ..engine import Tensor
 from ..ops import check_number
+from ..tensor import Tensor
 
 _GAINS = {"linear": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0)}
 

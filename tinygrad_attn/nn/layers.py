@@ -13,11 +13,12 @@ import numpy as np
 
 from .. import functional as F
 from .. import rng
-from ..engine import Function, Tensor
+from ..engine import Function
 from ..kernels.embedding import scatter_add_rows
 from ..kernels.parallel import row_split_matmul
 from ..memory import check_fits
 from ..ops import check_tensor, rows_of
+from ..tensor import Tensor
 from .module import Module, Parameter
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import losses
-from ..engine import Tensor
+from ..tensor import Tensor
 from .module import Module
 
 

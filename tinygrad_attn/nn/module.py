@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import Function, RemovableHandle, Tensor, check_device, device, is_grad_enabled
+from ..engine import Function, RemovableHandle, check_device, device, is_grad_enabled
+from ..tensor import Tensor
 
 
 class Parameter(Tensor):

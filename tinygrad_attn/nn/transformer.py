@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from .. import rng
-from ..engine import Tensor, no_grad
+from ..engine import no_grad
 from ..memory import check_fits
+from ..tensor import Tensor
 from .attention import KVCache, MultiHeadAttention
 from .layers import GELU, Dropout, Embedding, LayerNorm, LearnedPositionalEncoding, Linear, ReLU
 from .module import Module, ModuleList

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import Tensor
 from ..kernels.adam import adam_update
 from ..ops import check_number
+from ..tensor import Tensor
 
 
 class Optimizer:

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from .. import functional as F
-from ..engine import Tensor, no_grad
+from ..engine import no_grad
 from ..nn import CausalLM, Module
+from ..tensor import Tensor
 
 EVAL_SEED = 2024  # the held-out set is drawn from its own generator, never the training one
 

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from .. import rng
-from ..engine import Tensor, _short
+from ..engine import _short
+from ..tensor import Tensor
 
 
 class Dataset:
