@@ -200,7 +200,7 @@ class Context:
     def __init__(self, function: type[Function], inputs: tuple[Node, ...]):
         self.function = function
         self.inputs = inputs
-        self.needs_input_grad = tuple(t.requires_grad for t in inputs)
+        self.needs_input_grad = tuple([t.requires_grad for t in inputs])
         self.saved_tensors: tuple = ()
         self.saved_versions: tuple = ()
         self.released = False
@@ -261,11 +261,16 @@ class Function:
 
     @classmethod
     def apply(cls, *inputs: Any, **kwargs: Any) -> Node:
-        kind = next((type(x) for x in inputs if isinstance(x, Node)), None)  # the class new tensors get
+        kind, others = None, False  # kind: the class new tensors get (the first input tensor's)
+        for x in inputs:
+            if not isinstance(x, Node):
+                others = True
+            elif kind is None:
+                kind = type(x)
         if kind is None:
             raise TypeError(f"{cls.__name__}.apply: give at least one Tensor input, got "
                             f"{', '.join(type(x).__name__ for x in inputs) or 'none'}")
-        tensors = tuple(x if isinstance(x, Node) else kind._wrap(x) for x in inputs)
+        tensors = tuple([x if isinstance(x, Node) else kind._wrap(x) for x in inputs]) if others else inputs
         ctx = Context(cls, tensors)
         out = cls.forward(ctx, *(t._data for t in tensors), **kwargs)
         if type(out) is not np.ndarray:
@@ -326,7 +331,7 @@ def _topological_order(root: Node) -> list[Node]:
 
 
 def _as_gradient_tuple(grads: Any, n_inputs: int, function: type) -> tuple:
-    grads = grads if isinstance(grads, tuple) else (grads,)
+    grads = grads if type(grads) is tuple else (grads,)
     if len(grads) != n_inputs:
         raise RuntimeError(
             f"{function.__name__}.backward returned {len(grads)} gradients for {n_inputs} inputs"
@@ -372,17 +377,23 @@ def run_backward(root: Node, grad: np.ndarray, retain_graph: bool) -> None:
                 f"backward through the graph a second time ({ctx.function.__name__}): its saved "
                 "arrays were freed after the first backward; pass retain_graph=True to the first call"
             )
-        ctx.check_versions()
+        if ctx.saved_versions:
+            ctx.check_versions()
         input_grads = _as_gradient_tuple(ctx.function.backward(ctx, g), len(ctx.inputs), ctx.function)
         for hook in _backward_hooks:
             hook(ctx, g, input_grads)
         for parent, pg in zip(ctx.inputs, input_grads):
             if pg is None or not parent.requires_grad:
                 continue
-            pg = _unbroadcast(np.asarray(pg), parent.shape)
-            if pg.dtype != parent.dtype:
-                pg = pg.astype(parent.dtype)
-            grads[id(parent)] = pg if id(parent) not in grads else grads[id(parent)] + pg
+            if type(pg) is not np.ndarray:
+                pg = np.asarray(pg)
+            own = parent._data  # its shape and dtype, read once
+            if pg.shape != own.shape:
+                pg = _unbroadcast(pg, own.shape)
+            if pg.dtype != own.dtype:
+                pg = pg.astype(own.dtype)
+            key = id(parent)
+            grads[key] = pg if key not in grads else grads[key] + pg
         if not retain_graph:
             ctx.release()
 

@@ -144,8 +144,9 @@ class Tensor(Node):
     @classmethod
     def _result(cls, data: np.ndarray, ctx: Context | None) -> Tensor:
         """An op's output: the array is the op's own, so __init__'s checks are skipped."""
-        t = object.__new__(Tensor)
-        t._init(data, ctx)
+        t = object.__new__(Tensor)  # _init's fields, set here without a call: this runs once per op
+        t._data, t.grad, t.requires_grad, t._ctx = data, None, ctx is not None, ctx
+        t._version_counter, t._base, t._hooks, t._retains_grad, t._used = [0], None, {}, False, False
         return t
 
     @classmethod
@@ -325,13 +326,13 @@ class Tensor(Node):
             return Tensor._wrap(np.asarray(other))
         return Tensor._wrap(other)
 
-    def _promoted(self, other: Any, op: str) -> tuple[Tensor, Tensor]:
+    def _promoted(self, other: Any) -> tuple[Tensor, Tensor]:
         """Both operands in the dtype PyTorch computes `self op other` in (a cast is a node of the graph)."""
-        kind = type(other)
-        if kind is Tensor and other.dtype == self.dtype:
+        kind, own = type(other), self._data.dtype
+        if kind is Tensor and other._data.dtype == own:
             return self, other
-        if (kind is float or kind is int) and self.dtype.kind == "f":  # the common case: x * 0.5 keeps x's dtype
-            return self, Tensor._result(np.asarray(other, self.dtype), None)
+        if (kind is float or kind is int) and own.kind == "f":  # the common case: x * 0.5 keeps x's dtype
+            return self, Tensor._result(np.asarray(other, own), None)
         number = not isinstance(other, Tensor)
         dtype = result_type(self, other)
         other = self._operand(other)
@@ -340,12 +341,14 @@ class Tensor(Node):
         return self.astype(dtype), other.astype(dtype)
 
     def _binary(self, op: type[Function], other: Any, reverse: bool = False) -> Tensor:
-        a, b = self._promoted(other, op.__name__.lower())
-        if op is Div and a.dtype.kind != "f":  # true division of integers gives the default float
+        a, b = self._promoted(other)
+        if op is Div and a._data.dtype.kind != "f":  # true division of integers gives the default float
             a, b = a.astype(DEFAULT_FLOAT), b.astype(DEFAULT_FLOAT)
-        a, b = (b, a) if reverse else (a, b)
-        if a.shape != b.shape and a.ndim and b.ndim:  # a 0-d operand broadcasts to anything
-            check_broadcast(op.__name__.lower(), a.shape, b.shape)
+        if reverse:
+            a, b = b, a
+        sa, sb = a._data.shape, b._data.shape
+        if sa != sb and sa and sb:  # a 0-d operand broadcasts to anything
+            check_broadcast(op.__name__.lower(), sa, sb)
         return op.apply(a, b)
 
     def __add__(self, other): return self._binary(Add, other)
@@ -756,11 +759,11 @@ class Tensor(Node):
         return Tensor._result(~self._data, None)
 
     def __floordiv__(self, other: Any) -> Tensor:
-        a, b = self._promoted(other, "floor_divide")
+        a, b = self._promoted(other)
         return Tensor._result(np.floor_divide(a._data, b._data), None)
 
     def __mod__(self, other: Any) -> Tensor:
-        a, b = self._promoted(other, "remainder")
+        a, b = self._promoted(other)
         return Tensor._result(np.mod(a._data, b._data), None)
 
     def _nonempty_dims(self, dim: int | tuple[int, ...] | None, op: str) -> tuple[int, ...]:
@@ -996,7 +999,7 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
 def maximum(a: Any, b: Any) -> Tensor:
     """The elementwise larger of a and b (NaN if either is NaN); ties share the gradient evenly."""
     a = a if isinstance(a, Tensor) else Tensor._wrap(a)
-    a, b = a._promoted(b, "maximum")
+    a, b = a._promoted(b)
     shape = check_broadcast("maximum", a.shape, b.shape)
     return stack([a.expand(shape), b.expand(shape)]).amax(0)
 
