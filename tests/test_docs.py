@@ -52,3 +52,39 @@ def test_quoted_code_matches_the_code(path):
             if not candidates or not any(name.split(".")[-1] in p.read_text() for p in candidates):
                 stale.append(f"{name} in {file}")
     assert not stale, f"{path.name} quotes code that is not in the source: {stale}"
+
+
+def _supported_names() -> dict[str, list[str]]:
+    """docs/api.md's table of PyTorch names: first column -> the names in backticks of the second."""
+    text = (ROOT / "docs" / "api.md").read_text()
+    section = text.split("## PyTorch names supported here", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = line.split(" | ")
+        if line.startswith("| `") or line.startswith("| this"):
+            rows[cells[0].strip("| `")] = re.findall(r"`([A-Za-z_][A-Za-z0-9_.]*)`", cells[1])
+    return rows
+
+
+def test_every_pytorch_name_in_the_table_exists_and_every_public_name_is_listed():
+    import types
+
+    import tinygrad_attn as ta
+    rows = _supported_names()
+    where = {"torch": ta, "torch` dtypes": ta, "torch.autograd": ta, "torch.Tensor": ta.ones(2, 2), "torch.nn": ta.nn,
+             "torch.nn.init": ta.nn.init, "torch.nn.utils": ta.nn.utils, "torch.nn.functional": ta.nn.functional,
+             "torch.optim": ta.optim, "torch.optim.lr_scheduler": ta.optim.lr_scheduler,
+             "torch.utils.data": ta.utils.data, "this library's own": ta}
+    assert set(rows) == set(where), set(rows) ^ set(where)
+    for row, names in rows.items():
+        for name in names:
+            owner = where[row]
+            for part in name.split("."):
+                assert hasattr(owner, part), f"{row}: {name} is listed but does not exist"
+                owner = getattr(owner, part)
+    listed = {n.split(".")[-1] for names in rows.values() for n in names}
+    public = {n for n in ta.__all__ if not isinstance(getattr(ta, n), types.ModuleType) or n in ("interop", "viz")}
+    public |= {n for n, v in vars(ta.Tensor).items() if not n.startswith("_") and n not in ("astype", "bump_version",
+                                                                                          "zero_grad")}
+    public -= {"Tensor", "dtypes", "return_types", "debug", "functional", "losses", "nn", "optim", "utils"}
+    assert not public - listed, f"public names missing from docs/api.md's table: {sorted(public - listed)}"

@@ -134,3 +134,67 @@ def test_losses_match_torch(reduction):
     for (ours, theirs), target in zip(modules, [t, probs]):
         np.testing.assert_allclose(ours(F.log_softmax(ta.tensor(x), 1), ta.tensor(target)).numpy(),
                                    theirs(TF.log_softmax(torch.tensor(x), 1), torch.tensor(target)).numpy())
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge"])
+def test_named_arithmetic_and_comparisons_match_torch(name):
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(3, 4)), rng.normal(size=(4,))
+    y[1] = x[0, 1]  # one tie for the comparisons
+    a, b = ta.tensor(x, requires_grad=True), ta.tensor(y)
+    ta_, tb = torch.tensor(x, requires_grad=True), torch.tensor(y)
+    kwargs = {"alpha": 2.5} if name in ("add", "sub") else {}
+    ours, theirs = getattr(ta, name)(a, b, **kwargs), getattr(torch, name)(ta_, tb, **kwargs)
+    np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), atol=1e-12)
+    assert np.array_equal(getattr(a, name)(b, **kwargs).numpy(), ours.numpy())
+    if ours.dtype.kind == "f":
+        ours.sum().backward()
+        theirs.sum().backward()
+        np.testing.assert_allclose(a.grad.numpy(), ta_.grad.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("masks", ["none", "bool", "float", "padding", "both", "per_head"])
+def test_multihead_attention_has_pytorchs_interface(batch_first, masks):
+    from tinygrad_attn.interop import mha_to_torch
+
+    rng = np.random.default_rng(1)
+    e, h, b, t, s = 8, 2, 3, 4, 5
+    ours = ta.nn.MultiheadAttention(e, h, batch_first=batch_first).to(ta.float64)
+    theirs = torch.nn.MultiheadAttention(e, h, batch_first=batch_first, dtype=torch.float64)
+    theirs.load_state_dict({k: torch.tensor(v) for k, v in mha_to_torch(ours.state_dict()).items()})
+    shape_q, shape_kv = ((b, t, e), (b, s, e)) if batch_first else ((t, b, e), (s, b, e))
+    q, k, v = rng.normal(size=shape_q), rng.normal(size=shape_kv), rng.normal(size=shape_kv)
+    blocked = rng.random((t, s)) > 0.6
+    blocked[:, 0] = False
+    padding = np.zeros((b, s), bool)
+    padding[1, 3:] = True
+    kw = {}
+    if masks in ("bool", "both"):
+        kw["attn_mask"] = blocked
+    if masks == "float":
+        kw["attn_mask"] = np.where(blocked, -np.inf, rng.normal(size=(t, s)))
+    if masks in ("padding", "both"):
+        kw["key_padding_mask"] = padding
+    if masks == "per_head":
+        kw["attn_mask"] = rng.random((b * h, t, s)) > 0.7
+        kw["attn_mask"][:, :, 0] = False
+    tq, tk, tv = (ta.tensor(a, requires_grad=True) for a in (q, k, v))
+    pq, pk, pv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    out, weights = ours(tq, tk, tv, **kw)
+    want, want_weights = theirs(pq, pk, pv, **{n: torch.tensor(m) for n, m in kw.items()})
+    np.testing.assert_allclose(out.numpy(), want.detach().numpy(), atol=1e-10)
+    np.testing.assert_allclose(weights.numpy(), want_weights.detach().numpy(), atol=1e-10)
+    out.sum().backward()
+    want.sum().backward()
+    for mine, theirs_t in ((tq, pq), (tk, pk), (tv, pv)):
+        np.testing.assert_allclose(mine.grad.numpy(), theirs_t.grad.numpy(), atol=1e-10)
+
+
+def test_multihead_attention_refuses_what_pytorch_refuses():
+    mha = ta.nn.MultiheadAttention(4, 2)
+    x = ta.zeros(3, 1, 4)
+    with pytest.raises(RuntimeError, match="is_causal is a hint"):
+        mha(x, x, x, is_causal=True)
+    with pytest.raises(ValueError, match="add_bias_kv"):
+        ta.nn.MultiheadAttention(4, 2, add_bias_kv=True)

@@ -83,6 +83,7 @@ from .tensor_functions import (
     IntTensor,
     LongTensor,
     abs,  # noqa: A004
+    add,
     all,  # noqa: A004
     allclose,
     amax,
@@ -99,24 +100,33 @@ from .tensor_functions import (
     cos,
     cuda,
     cumsum,
+    div,
+    eq,
     equal,
     exp,
     flatten,
+    ge,
     get_default_dtype,
+    gt,
     is_floating_point,
     is_tensor,
     kthvalue,
+    le,
     log,
     log_softmax,
     logical_and,
     logical_not,
     logical_or,
+    lt,
     masked_fill,
     matmul,
     max,  # noqa: A004
     mean,
     median,
     min,  # noqa: A004
+    mul,
+    ne,
+    neg,
     nonzero,
     norm,
     numel,
@@ -134,6 +144,7 @@ from .tensor_functions import (
     square,
     squeeze,
     std,
+    sub,
     sum,  # noqa: A004
     tanh,
     transpose,
@@ -173,7 +184,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"torch.{name} is not supported here (tinygrad_attn.{name} does not exist); use {instead}")
 
 
-__all__ = [
+__all__ = [ "add", "sub", "mul", "div", "neg", "eq", "ne", "lt", "le", "gt", "ge",
     "BoolTensor", "ByteTensor", "Context", "DoubleTensor", "FloatTensor", "Function", "GradcheckError", "IntTensor",
     "LongTensor", "RemovableHandle", "Tensor", "abs", "all", "allclose", "amax", "amin", "any", "arange", "argmax",
     "argmin", "argsort", "as_tensor", "backends", "bmm", "bool", "cat", "causal_mask", "chunk", "clamp", "clip", "cos",

@@ -385,6 +385,20 @@ class Tensor(Node):
     def __eq__(self, other): return Tensor(self._data == self._operand(other)._data)  # type: ignore[override]
     def __ne__(self, other): return Tensor(self._data != self._operand(other)._data)  # type: ignore[override]
 
+    # the same by name, as torch's x.add(y, alpha=2), x.mul(y), x.eq(y), ...
+    def add(self, other, alpha=1): return self + (other if alpha == 1 else self._operand(other) * alpha)
+    def sub(self, other, alpha=1): return self - (other if alpha == 1 else self._operand(other) * alpha)
+    def mul(self, other): return self * other
+    def div(self, other): return self / other
+    def neg(self): return -self
+    def pow(self, exponent): return self ** exponent
+    def lt(self, other): return self < other
+    def le(self, other): return self <= other
+    def gt(self, other): return self > other
+    def ge(self, other): return self >= other
+    def eq(self, other): return self == other
+    def ne(self, other): return self != other
+
     # --- elementwise functions ----------------------------------------------
     def exp(self): return Exp.apply(self)
     def log(self): return Log.apply(self)

@@ -25,6 +25,17 @@ def _method(name: str) -> Any:
 
 
 abs = _method("abs")  # noqa: A001
+add = _method("add")
+sub = _method("sub")
+mul = _method("mul")
+div = _method("div")
+neg = _method("neg")
+eq = _method("eq")
+ne = _method("ne")
+lt = _method("lt")
+le = _method("le")
+gt = _method("gt")
+ge = _method("ge")
 all = _method("all")  # noqa: A001
 amax = _method("amax")
 amin = _method("amin")
@@ -155,7 +166,8 @@ class backends:  # noqa: N801
 
 
 __all__ = [
-    "BoolTensor", "ByteTensor", "DoubleTensor", "FloatTensor", "IntTensor", "LongTensor", "abs", "all", "allclose",
+    "BoolTensor", "ByteTensor", "DoubleTensor", "FloatTensor", "IntTensor", "LongTensor", "abs", "add", "all",
+    "allclose", "div", "eq", "ge", "gt", "le", "lt", "mul", "ne", "neg", "sub",
     "amax", "amin", "any", "argmax", "argmin", "argsort", "backends", "bmm", "chunk", "clamp", "clip", "cos",
     "cuda", "cumsum", "equal", "exp", "flatten", "get_default_dtype", "is_floating_point", "is_tensor", "kthvalue",
     "log", "log_softmax", "logical_and", "logical_not", "logical_or", "masked_fill", "matmul", "max", "maximum",

@@ -1,7 +1,7 @@
 """Layers with PyTorch's conventions: Module, Linear, LayerNorm, Embedding, MultiHeadAttention, Transformer blocks."""
 
 from . import functional, init, utils
-from .attention import KVCache, MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention, MultiheadAttention
 from .layers import (
     GELU,
     Dropout,
@@ -47,6 +47,7 @@ __all__ = [
     "init",
     "utils",
     "MultiHeadAttention",
+    "MultiheadAttention",
     "Parameter",
     "PositionalEncoding",
     "ReLU",

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import functional as F
+from ..engine import check_device
 from ..masks import causal_mask
 from ..ops import check_tensor
 from ..tensor import Tensor, cat
@@ -261,6 +262,73 @@ class MultiHeadAttention(Module):
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
+
+
+class MultiheadAttention(MultiHeadAttention):
+    """`torch.nn.MultiheadAttention`'s interface over MultiHeadAttention, for ported programs.
+
+    As PyTorch's: inputs are (T, B, E) unless batch_first=True (or unbatched (T, E)); a bool `attn_mask`
+    (T, S) or (B * H, T, S) is True where a query may NOT look, the opposite of this library's own bool
+    masks, and a float one is added to the scores; `key_padding_mask` (B, S) is True on padding;
+    need_weights=True and average_attn_weights=True by default, so the weights are (B, T, S). is_causal is
+    a hint that attn_mask is the causal mask, and needs it, as in PyTorch. The parameters keep this
+    library's names (q_proj, k_proj, v_proj, out_proj): `interop.mha_from_torch` converts PyTorch's packed
+    `in_proj_weight`.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
+                 vdim: int | None = None, batch_first: bool = False, device: Any = None, dtype: Any = None):
+        if add_bias_kv or add_zero_attn:
+            raise ValueError("MultiheadAttention: add_bias_kv and add_zero_attn are not supported here")
+        check_device(device, "MultiheadAttention")
+        super().__init__(embed_dim, num_heads, dropout, bias, kdim, vdim)
+        self.batch_first = bool(batch_first)
+        if dtype is not None:
+            self.to(dtype)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Any = None,
+                need_weights: bool = True, attn_mask: Any = None, average_attn_weights: bool = True,
+                is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            check_tensor(t, "MultiheadAttention", name)
+        if is_causal and attn_mask is None:
+            raise RuntimeError("MultiheadAttention: is_causal is a hint that attn_mask is the causal mask; give "
+                               "attn_mask too (as PyTorch requires)")
+        batched = query.ndim == 3
+        if batched and not self.batch_first:
+            query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)  # (B, T, E)
+        keep = _torch_masks(attn_mask, key_padding_mask, batched, self.num_heads)
+        out, weights = super().forward(query, key, value, mask=keep, need_weights=need_weights,
+                                       average_attn_weights=average_attn_weights)
+        if batched and not self.batch_first:
+            out = out.transpose(0, 1)  # back to (T, B, E)
+        return out, weights
+
+
+def _torch_masks(attn_mask: Any, key_padding_mask: Any, batched: bool, heads: int) -> np.ndarray | None:
+    """PyTorch's attn_mask (True = blocked, or additive floats) and key_padding_mask (True = padding) as one
+    mask of this library's kind: bool True = may attend when both are bool, else additive floats."""
+    masks = []
+    if attn_mask is not None:
+        m = np.asarray(attn_mask._data if isinstance(attn_mask, Tensor) else attn_mask)
+        if m.ndim == 3 and batched:  # (B * H, T, S) -> (B, H, T, S)
+            m = m.reshape(-1, heads, *m.shape[1:])
+        masks.append(~m if m.dtype == np.bool_ else m)
+    if key_padding_mask is not None:
+        p = np.asarray(key_padding_mask._data if isinstance(key_padding_mask, Tensor) else key_padding_mask)
+        p = p[:, None, None, :] if batched else p[None, :]  # (B, 1, 1, S) or (1, S)
+        masks.append(~p if p.dtype == np.bool_ else p)
+    if not masks:
+        return None
+    if all(m.dtype == np.bool_ for m in masks):
+        keep = masks[0]
+        for m in masks[1:]:
+            keep = keep & m
+        return keep
+    additive = [np.where(m, 0.0, -np.inf) if m.dtype == np.bool_ else m for m in masks]
+    return sum(additive[1:], additive[0]).astype(np.float32 if all(a.dtype != np.float64 for a in additive)
+                                                 else np.float64)
 
 
 def _hide(mask, hidden: np.ndarray):
