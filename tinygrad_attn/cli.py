@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--dropout", type=float, help="dropout (default: the task's, 0)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--no-plot", action="store_true", help="do not draw attention.png")
+    train.add_argument("--snapshots", type=int, default=0,
+                       help="keep the sample prompt's attention maps at N steps, for `explain`'s slider")
 
     commands.add_parser("tasks", help="list the tasks and their defaults")
 
@@ -54,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--top-k", type=int, help="sample among the k most likely (1: greedy)")
     generate.add_argument("--seed", type=int, default=0)
 
+    explain = commands.add_parser("explain", help="write one HTML page of a run's attention: forward, "
+                                  "backward, graph, training")
+    explain.add_argument("--run", required=True, help="a run folder written by `train`")
+    explain.add_argument("--input", required=True, help='the prompt, e.g. "3 1 4 1 5 9 2 6"')
+    explain.add_argument("--out", default="explain.html", help="the page to write (default: explain.html)")
+    explain.add_argument("--no-check", action="store_true", help="skip the finite-difference check")
     attend = commands.add_parser("attend", help="answer one input with a trained model and draw its attention")
     attend.add_argument("--run", required=True, help="a run folder written by `train`")
     attend.add_argument("--input", required=True, help='the prompt, e.g. "3 1 4 1 5 9 2 6"')
@@ -67,6 +75,8 @@ def _train(args: argparse.Namespace) -> None:
 
     if args.task not in TASKS:
         raise ValueError(f"--task: unknown task {args.task!r}; choose one of: {', '.join(TASKS)}")
+    if args.snapshots < 0:
+        raise ValueError(f"--snapshots must be >= 0, got {args.snapshots}")
     for name in ("steps", "batch_size", "checkpoint_every"):
         value = getattr(args, name)
         if value is not None and (value < 0 or (value == 0 and name != "steps")):
@@ -101,7 +111,8 @@ def _train(args: argparse.Namespace) -> None:
                          out=out, checkpoint_every=args.checkpoint_every, resume=args.resume, target=args.target,
                          progress=not args.no_progress, plot=not args.no_plot, data=args.data,
                          block_size=args.block_size, d_model=args.d_model, nhead=args.heads, num_layers=args.layers,
-                         dim_feedforward=args.dim_feedforward, dropout=args.dropout)
+                         dim_feedforward=args.dim_feedforward, dropout=args.dropout,
+                         snapshots=args.snapshots)
     metrics = train(config)
     print(json.dumps(metrics))
     print(f"wrote {out}/checkpoint.npz, metrics.json" + (", curves.png, attention.png" if not args.no_plot else ""))
@@ -142,6 +153,16 @@ def _attend(args: argparse.Namespace) -> None:
     path = plot_attention(task, model, batch, path, head=args.head, title=title)
     if path:
         print(f"wrote {path}")
+
+
+def _explain(args: argparse.Namespace) -> None:
+    from .explorer import explore_run
+
+    if not args.out.strip():
+        raise ValueError("--out: an empty path names nothing")
+    page = explore_run(args.run, args.input, check=not args.no_check)
+    page.save(args.out)
+    print(f"wrote {args.out}: {page.stats['bytes']} bytes, built in {page.stats['build_seconds']} s")
 
 
 def _generate(args: argparse.Namespace) -> None:
@@ -196,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             _tasks()
         elif args.command == "generate":
             _generate(args)
+        elif args.command == "explain":
+            _explain(args)
         else:
             _attend(args)
     except KeyboardInterrupt:

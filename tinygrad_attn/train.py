@@ -54,6 +54,7 @@ class TrainConfig:
     dropout: float | None = None
     task_state: dict[str, Any] | None = None  # what rebuilds the task without its file (saved with the run)
     data_sha256: str | None = None  # the --data file's content, so that --resume refuses an edited file
+    snapshots: int = 0  # keep the sample prompt's attention maps at this many steps (the explorer's slider)
 
     def model_sizes(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("d_model", "nhead", "num_layers", "dim_feedforward", "dropout")}
@@ -78,6 +79,7 @@ class TrainConfig:
             target=d.target if self.target is None else self.target,
             progress=self.progress,
             plot=self.plot,
+            snapshots=self.snapshots,
         )
 
 
@@ -274,6 +276,12 @@ def train(config: TrainConfig) -> dict[str, Any]:
             else:  # it has one, without an evaluation
                 history[-1][task.metric] = None
 
+    snapshots = None
+    if config.snapshots:
+        from .explorer.snapshots import Snapshots, snapshot_steps
+
+        snapshots = Snapshots(task, config.out, snapshot_steps(config.steps, config.snapshots), config.resume)
+        snapshots.take(step, loss_value, model)
     start = time.perf_counter()
     progress = _Progress(config.steps, min(step, config.steps), config.progress, task.name, task.metric)
     reported = task.evaluate(model) if step else None
@@ -297,11 +305,16 @@ def train(config: TrainConfig) -> dict[str, Any]:
             history.append({"step": step, "loss": _finite(loss_value),
                             task.metric: _finite(reported) if scheduled or step == config.steps else None,
                             "lr": optimizer.lr, "seconds": round(time.perf_counter() - start, 3)})
+        if snapshots is not None:
+            snapshots.take(step, loss_value, model)
         if step % config.checkpoint_every == 0:
             save_checkpoint(path, model, optimizer, step, config, loss_value, value, history)
         progress.update(loss_value, reported if scheduled or step == config.steps else None,
                         step / (time.perf_counter() - start))
     progress.close()
+    if snapshots is not None:  # the last step too, when the run stops before the steps planned
+        snapshots.steps.add(step)
+        snapshots.take(step, loss_value, model)
     if reported is None:  # no step was taken: report the model as it is
         reported = task.evaluate(model)
     save_checkpoint(path, model, optimizer, step, config, loss_value, value, history)

@@ -1,4 +1,5 @@
-"""Pictures: attention heatmaps (matplotlib, optional) and the computation graph as Graphviz DOT."""
+"""Pictures: attention heatmaps (matplotlib, optional), the computation graph as Graphviz DOT, and
+`explore`: one self-contained HTML page of a model's forward, backward, graph and training (explorer/)."""
 
 from __future__ import annotations
 
@@ -186,3 +187,13 @@ def to_dot(tensor: Tensor, render: str | None = None, names: Any = None) -> str:
         fmt = os.path.splitext(render)[1].lstrip(".") or "svg"
         subprocess.run(["dot", f"-T{fmt}", "-o", render], input=dot, text=True, check=True)
     return dot
+
+
+def explore(model: Any, inputs: Any, targets: Any = None, loss: Any = None, **options: Any) -> Any:
+    """One self-contained HTML page of `model` on `inputs`: every head's weights, their gradients dP and dS,
+    the gradient reaching each token, the graph of one attention block on both paths, a finite-difference
+    check and, with snapshots, training. Shown inline in Jupyter; `.save("page.html")`. The explorer
+    package (tinygrad_attn.explorer) holds the code; imported here on first use, since it builds on nn."""
+    from .explorer import explore as build
+
+    return build(model, inputs, targets, loss, **options)

@@ -199,5 +199,6 @@ class PromptAnswerTask(Task):
             logits = model(np.array([tokens]))
             tokens.append(int(logits._data[0, -1].argmax()))
         full = np.array([tokens])
-        batch = Batch(full[:, :-1], full[:, 1:], np.ones((1, full.shape[1] - 1), dtype=bool))
+        answer_mask = np.arange(full.shape[1] - 1)[None, :] >= full.shape[1] - 1 - answer_len  # the answer's targets
+        batch = Batch(full[:, :-1], full[:, 1:], answer_mask)
         return self.format(np.array(tokens[-answer_len:])), batch

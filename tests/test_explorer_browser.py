@@ -1,0 +1,118 @@
+"""The explorer page in a real browser: Debian's headless Chromium driven by Selenium through the system's
+ChromeDriver (nothing downloads a browser). Skipped, saying why, where the browser or driver is missing.
+
+The page is opened from disk; the test fails on any console error or network request, and checks that
+every panel draws, that the numbers shown are the model's, that the slider moves through the snapshots,
+that a graph node shows its numbers, and that a panel exports. The screenshot is kept as an artefact
+(in $TA_TEST_ARTIFACTS when set, else the test's temporary folder).
+"""
+
+import json
+import os
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+from tinygrad_attn.explorer import explore_run
+from tinygrad_attn.train import TrainConfig, load_run, train
+from tinygrad_attn.viz import attention_maps
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
+    if not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)):
+        pytest.skip("no headless Chromium here: apt-get install chromium chromium-driver (the browser test is skipped)")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1300,1600"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("explorer")
+    train(TrainConfig(task="reverse", steps=30, out=str(folder / "run"), progress=False, plot=False, snapshots=3,
+                      target=2.0))
+    explorer = explore_run(str(folder / "run"), "3 1 4 1 5 9 2 6")
+    path = explorer.save(folder / "explain.html")
+    return path, explorer, str(folder / "run")
+
+
+def _value(driver, selector):
+    return float(driver.find_element("css selector", selector).get_attribute("data-v"))
+
+
+def test_the_page_works_in_headless_chromium(browser, page, tmp_path):
+    path, explorer, run = page
+    started = time.perf_counter()
+    browser.get("file://" + os.path.abspath(path))
+    opened = time.perf_counter() - started
+    sections = ["overview", "head", "inputs", "graph", "training", "check"]
+    for section in sections:
+        drawn = browser.find_elements("css selector", f"#{section} svg, #{section} table")
+        assert drawn, f"the {section} panel drew nothing"
+
+    # the numbers shown are the model's: P of layer 0 head 0, then of layer 1 head 2 after a click
+    task, model, _ = load_run(run)
+    _, batch = task.answer(model, "3 1 4 1 5 9 2 6")
+    maps = attention_maps(task, model, batch)["self-attention"]
+    assert abs(_value(browser, '#maps svg[data-name="P"] rect[data-i="9"][data-j="2"]') - maps[0][0, 9, 2]) < 1e-3
+    browser.find_element("id", "thumb-1-2").click()
+    assert "layers.1.self_attn" in browser.find_element("id", "head-title").text
+    assert "head 2" in browser.find_element("id", "head-title").text
+    assert abs(_value(browser, '#maps svg[data-name="P"] rect[data-i="12"][data-j="4"]') - maps[1][2, 12, 4]) < 1e-3
+    shown_ds = _value(browser, '#maps svg[data-name="dS"] rect[data-i="12"][data-j="4"]')
+    assert shown_ds == explorer.data["attention"][1]["dS"][2][12][4]
+
+    # the slider moves through the snapshots: the label and the heatmap change
+    before = [c.get_attribute("data-v") for c in browser.find_elements("css selector", '#snapshot-row svg rect.cell')]
+    first_label = browser.find_element("id", "snapshot-label").text
+    browser.execute_script("const s = document.getElementById('snapshot'); s.value = s.max;"
+                           "s.dispatchEvent(new Event('input'));")
+    after = [c.get_attribute("data-v") for c in browser.find_elements("css selector", '#snapshot-row svg rect.cell')]
+    assert browser.find_element("id", "snapshot-label").text != first_label and before != after
+    last = explorer.data["snapshots"]
+    assert f"step {last['steps'][-1]}" in browser.find_element("id", "snapshot-label").text
+
+    # a graph node shows its value and gradient; a panel exports as SVG and as PNG
+    browser.find_element("css selector", '#graphs g.node[data-op="FlashAttention"]').click()
+    assert "FlashAttention" in browser.find_element("id", "nodeinfo").text
+    assert "gradient: min" in browser.find_element("id", "nodeinfo").text
+    svg = browser.execute_script("return window.explorer.exportPanel(document.getElementById('head'), 'svg')")
+    assert svg.startswith("<svg") and "rect" in svg
+    browser.execute_script("window.explorer.exportPanel(document.getElementById('overview'), 'png')")
+    for _ in range(50):
+        if browser.execute_script("return document.body.dataset.lastPng"):
+            break
+        time.sleep(0.1)
+    assert browser.execute_script("return document.body.dataset.lastPng")
+
+    # nothing went wrong and nothing was fetched
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+    requests = [json.loads(e["message"])["message"] for e in browser.get_log("performance")]
+    urls = [m["params"]["request"]["url"] for m in requests if m.get("method") == "Network.requestWillBeSent"]
+    assert all(u.startswith(("file:", "data:", "blob:")) for u in urls), urls
+
+    folder = os.environ.get("TA_TEST_ARTIFACTS") or str(tmp_path)
+    os.makedirs(folder, exist_ok=True)
+    height = browser.execute_script("return document.body.scrollHeight")
+    browser.set_window_size(1300, height + 40)
+    shot = os.path.join(folder, "explorer.png")
+    browser.save_screenshot(shot)
+    assert os.path.getsize(shot) > 50_000
+    print(f"opened in {opened:.2f} s; page {explorer.stats['bytes']} bytes; screenshot {shot}")
+    assert np.isfinite(opened)
