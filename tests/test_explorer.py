@@ -177,3 +177,16 @@ def test_explain_writes_a_page_for_a_run_and_the_translation_task(tmp_path, caps
     assert cross["k_labels"][:3] == ["le", "chat", "dort"]
     code = cli.main(["explain", "--run", str(tmp_path / "none"), "--input", "1", "--out", str(out)])
     assert code == 2 and "no checkpoint" in capsys.readouterr().err
+
+
+def test_explain_a_text_run(tmp_path):
+    data = tmp_path / "fox.txt"
+    data.write_text("the quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
+    train(TrainConfig(task="text", data=str(data), steps=3, batch_size=4, block_size=16, d_model=16, nhead=2,
+                      num_layers=1, dim_feedforward=32, out=str(tmp_path / "t"), progress=False, plot=False,
+                      snapshots=2))
+    page = explore_run(str(tmp_path / "t"), "the quick")
+    first = page.data["attention"][0]
+    assert first["k_labels"][:3] == ["t", "h", "e"] and first["q_labels"][:3] == ["h", "e", "␣"]  # rows: the token each predicts
+    assert page.data["snapshots"]["steps"] == [0, 3]
+    assert page.data["loss"] > 0 and page.stats["bytes"] < 200_000

@@ -116,3 +116,18 @@ def test_the_page_works_in_headless_chromium(browser, page, tmp_path):
     assert os.path.getsize(shot) > 50_000
     print(f"opened in {opened:.2f} s; page {explorer.stats['bytes']} bytes; screenshot {shot}")
     assert np.isfinite(opened)
+
+
+def test_the_notebook_view_renders_inside_its_frame(browser, page, tmp_path):
+    _, explorer, _ = page
+    host = tmp_path / "notebook.html"  # what a notebook front end puts in an output cell, twice
+    host.write_text(f"<html><body>{explorer._repr_html_()}{explorer._repr_html_()}</body></html>")
+    browser.get("file://" + str(host))
+    frames = browser.find_elements("css selector", "iframe")
+    assert len(frames) == 2
+    for frame in frames:
+        browser.switch_to.frame(frame)
+        assert browser.find_elements("css selector", "#thumbs svg") and "reverse" in browser.find_element(
+            "tag name", "h1").text
+        browser.switch_to.default_content()
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

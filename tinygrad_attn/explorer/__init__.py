@@ -41,7 +41,10 @@ class Explorer:
                       "build_seconds": data["seconds"]}
 
     def _repr_html_(self) -> str:
-        return self.html
+        """For Jupyter, VS Code and other notebook front ends: the page inside an iframe (srcdoc), so its
+        ids, styles and scripts stay its own, whatever else the notebook shows."""
+        return (f'<iframe srcdoc="{html.escape(self.html, quote=True)}" title="{html.escape(self.title)}" '
+                'style="width: 100%; height: 900px; border: 1px solid #ddd"></iframe>')
 
     def save(self, path: str | os.PathLike) -> str:
         """Write the page to `path` (atomically: a temporary file renamed over it); returns the path."""
