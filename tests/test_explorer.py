@@ -187,6 +187,7 @@ def test_explain_a_text_run(tmp_path):
                       snapshots=2))
     page = explore_run(str(tmp_path / "t"), "the quick")
     first = page.data["attention"][0]
-    assert first["k_labels"][:3] == ["t", "h", "e"] and first["q_labels"][:3] == ["h", "e", "␣"]  # rows: the token each predicts
+    # keys are the input characters; each row is labelled with the character it predicts
+    assert first["k_labels"][:3] == ["t", "h", "e"] and first["q_labels"][:3] == ["h", "e", "␣"]
     assert page.data["snapshots"]["steps"] == [0, 3]
     assert page.data["loss"] > 0 and page.stats["bytes"] < 200_000
