@@ -41,3 +41,49 @@ def test_one_head_by_hand():
 def test_solutions_run_as_scripts(name):
     proc = subprocess.run([sys.executable, str(SOLUTIONS / f"{name}.py")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# --- the starter files: the same scaffolding with a TODO where the learner writes the code -------------------
+
+EXERCISES = SOLUTIONS.parent
+STARTERS = {"layer_norm_function": 1, "broken_softmax": 2, "causal_by_hand": 3, "one_head_by_hand": 4}
+
+
+def load_starter(name, monkeypatch):
+    monkeypatch.syspath_prepend(str(EXERCISES))  # as when the script runs from its folder: `from todo import todo`
+    spec = importlib.util.spec_from_file_location(f"starter_{name}", EXERCISES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_solution_has_a_starter():
+    assert {p.stem for p in SOLUTIONS.glob("*.py")} == set(STARTERS)
+    assert {p.stem for p in EXERCISES.glob("*.py")} == set(STARTERS) | {"todo"}
+
+
+@pytest.mark.parametrize("name", sorted(STARTERS))
+def test_a_starter_run_as_is_says_what_to_write(name):
+    proc = subprocess.run([sys.executable, str(EXERCISES / f"{name}.py")], capture_output=True, text=True,
+                          timeout=120)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and f"exercise {STARTERS[name]}: " in last and "docs/exercises.md" in last, last
+
+
+def test_starters_filled_with_the_solutions_pass_and_keep_their_planted_mistakes(monkeypatch):
+    starter, solution = load_starter("layer_norm_function", monkeypatch), load("layer_norm_function")
+    assert not starter.check(starter.BrokenLayerNorm)
+    monkeypatch.setattr(starter.MyLayerNorm, "backward", solution.MyLayerNorm.backward)
+    assert starter.check(starter.MyLayerNorm)
+
+    starter, solution = load_starter("broken_softmax", monkeypatch), load("broken_softmax")
+    monkeypatch.setattr(starter.OnePercentOff, "backward", solution.OnePercentOff.backward)
+    assert "(1, 2)" in starter.message()
+
+    starter, solution = load_starter("causal_by_hand", monkeypatch), load("causal_by_hand")
+    assert not starter.matches(starter.anti_causal_attention)
+    assert starter.matches(solution.causal_attention)
+
+    starter, solution = load_starter("one_head_by_hand", monkeypatch), load("one_head_by_hand")
+    assert not starter.matches(starter.wrong_by_hand)
+    assert starter.matches(solution.by_hand)
