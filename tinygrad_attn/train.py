@@ -270,11 +270,12 @@ def train(config: TrainConfig) -> dict[str, Any]:
         value = float(parts["trainer"].get("accuracy", unreached))  # as if it had never stopped
         history = json.loads(str(parts["trainer"].get("history", "[]")))
         every = task.defaults.eval_every
-        if history and history[-1].get("step") == step and step % every:  # the stopped run's final report:
-            if step % max(1, every // 10):  # an uninterrupted run has no entry here
+        last = history[-1] if history else {}
+        if last.get("step") == step and step % every and not _curve_step(step, every):  # the final report of the
+            if _logged_step(step, every):  # stopped run: an uninterrupted one has an entry here, unevaluated,
+                last[task.metric] = None
+            else:  # or none at all
                 history.pop()
-            else:  # it has one, without an evaluation
-                history[-1][task.metric] = None
 
     snapshots = None
     if config.snapshots:
@@ -296,14 +297,17 @@ def train(config: TrainConfig) -> dict[str, Any]:
         optimizer.step()
         step += 1
         loss_value = loss.item()
-        scheduled = step % task.defaults.eval_every == 0
-        if scheduled or step == config.steps:  # the last step is evaluated for the report, not for stopping
+        every = task.defaults.eval_every
+        scheduled, final = step % every == 0, step == config.steps
+        evaluated = scheduled or final or _curve_step(step, every)  # a curve point: drawn, never a reason to stop
+        if evaluated:
             reported = task.evaluate(model)
             value = reported if scheduled else value
-            progress.report(step, loss_value, reported, task.metric)
-        if scheduled or step == config.steps or step % max(1, task.defaults.eval_every // 10) == 0:
+            if scheduled or final:
+                progress.report(step, loss_value, reported, task.metric)
+        if evaluated or _logged_step(step, every):
             history.append({"step": step, "loss": _finite(loss_value),
-                            task.metric: _finite(reported) if scheduled or step == config.steps else None,
+                            task.metric: _finite(reported) if evaluated else None,
                             "lr": optimizer.lr, "seconds": round(time.perf_counter() - start, 3)})
         if snapshots is not None:
             snapshots.take(step, loss_value, model)
@@ -347,6 +351,17 @@ def train(config: TrainConfig) -> dict[str, Any]:
         plot_attention(task, model, batch, os.path.join(config.out, "attention.png"),
                        title=f"input: {prompt!r:.60}  answer: {answer!r:.60}")
     return metrics
+
+
+def _curve_step(step: int, every: int) -> bool:
+    """Five held-out evaluations per evaluation period, so the metric is a curve even when the run stops at
+    its first scheduled evaluation; only the scheduled ones decide when to stop."""
+    return step % max(1, every // 5) == 0
+
+
+def _logged_step(step: int, every: int) -> bool:
+    """Ten history entries (loss and learning rate) per evaluation period."""
+    return step % max(1, every // 10) == 0
 
 
 def _finite(x: float | None) -> float | None:
