@@ -36,6 +36,22 @@ def test_trace_backward_records_every_node_with_gradient_norms(capsys):
     assert "Softmax" in capsys.readouterr().out
 
 
+def test_trace_rows_name_the_layer_that_made_each_node():
+    ta.manual_seed(0)
+    model = ta.nn.CausalLM(11, 8, d_model=16, nhead=2, num_layers=2, dim_feedforward=32)
+    with ta.sdpa_kernel("math"):
+        logits = model(np.array([[1, 2, 3]]))
+    with ta.trace_backward(print_table=False, names=model) as named:
+        logits.sum().backward(retain_graph=True)
+    with ta.trace_backward(print_table=False) as by_class:
+        logits.sum().backward()
+    rows = {(r[4], r[0]) for r in named.rows}
+    assert ("layers.1.self_attn.out_proj", "LinearFunction") in rows and ("layers.0.self_attn", "Softmax") in rows
+    assert ("head", "LinearFunction") in rows and ("", "Sum") in rows  # the sum was taken outside the model
+    assert {(r[4], r[0]) for r in by_class.rows} >= {("MultiHeadAttention", "Softmax"), ("Linear", "LinearFunction")}
+    assert "layers.0.ff.linear1" in named.table()
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the NaN and inf are made on purpose
 def test_detect_anomaly_names_the_op():
     x = ta.Tensor(np.array([-1.0, 2.0]), requires_grad=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -17,15 +18,18 @@ from . import engine
 
 @dataclass
 class BackwardTrace:
-    """Rows of (op, output shape, |dL/d output|, |dL/d input| per input), in the order backward ran."""
+    """Rows of (op, output shape, |dL/d output|, |dL/d input| per input, module), in the order backward ran.
+    `module` names the module whose forward made the node: its path in `names` (a model) when given, else
+    its class (`MultiHeadAttention`), or "" for a node made outside any module."""
 
-    rows: list[tuple[str, tuple, float, list[float | None]]] = field(default_factory=list)
+    rows: list[tuple[str, tuple, float, list[float | None], str]] = field(default_factory=list)
 
     def table(self) -> str:
-        lines = [f"{'op':<16}{'output shape':<20}{'grad norm out':>15}   grad norms in"]
-        for op, shape, out_norm, in_norms in self.rows:
+        width = max([len(r[4]) for r in self.rows] + [6]) + 2
+        lines = [f"{'module':<{width}}{'op':<22}{'output shape':<20}{'grad norm out':>15}   grad norms in"]
+        for op, shape, out_norm, in_norms, module in self.rows:
             ins = ", ".join("-" if n is None else f"{n:.3g}" for n in in_norms)
-            lines.append(f"{op:<16}{str(shape):<20}{out_norm:>15.4g}   {ins}")
+            lines.append(f"{module:<{width}}{op:<22}{str(shape):<20}{out_norm:>15.4g}   {ins}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -33,17 +37,25 @@ class BackwardTrace:
 
 
 @contextlib.contextmanager
-def trace_backward(print_table: bool = True) -> Iterator[BackwardTrace]:
-    """Record each node of the backward passes run inside the block; print the table at the end.
+def trace_backward(print_table: bool = True, names: Any = None) -> Iterator[BackwardTrace]:
+    """Record each node of the backward passes run inside the block; print the table at the end. With
+    `names` (the model), each row names the layer that made it by its path (`layers.0.self_attn.q_proj`).
 
-    >>> with ta.trace_backward() as trace:
+    >>> with ta.trace_backward(names=model) as trace:
     ...     loss.backward()
     """
     trace = BackwardTrace()
+    paths = {} if names is None else {id(m): n or type(m).__name__ for n, m in names.named_modules()}
+
+    def where(scope: Any) -> str:
+        if scope is None:
+            return ""
+        return paths.get(id(scope), type(scope).__name__)
 
     def record(ctx, grad_output, input_grads):
         norms = [None if g is None else float(np.linalg.norm(np.asarray(g))) for g in input_grads]
-        trace.rows.append((ctx.function.__name__, grad_output.shape, float(np.linalg.norm(grad_output)), norms))
+        trace.rows.append((ctx.function.__name__, grad_output.shape, float(np.linalg.norm(grad_output)), norms,
+                           where(ctx.scope)))
 
     engine._backward_hooks.append(record)
     try:

@@ -69,6 +69,10 @@ class ScopedSetting:
         return previous
 
 
+# The module whose forward is running (per thread): each Context records it, so a trace of the backward can
+# say which layer a node belongs to. nn.Module.__call__ sets it; the engine only stores what it is given.
+module_scope: contextvars.ContextVar = contextvars.ContextVar("tinygrad_attn_module_scope", default=None)
+
 # Grad mode is per thread and per async context, as PyTorch's is per thread: one thread inside
 # `no_grad` never stops another from recording its graph.
 _grad_setting = ScopedSetting("tinygrad_attn_grad_mode", True)
@@ -201,6 +205,7 @@ class Context:
         self.function = function
         self.inputs = inputs
         self.needs_input_grad = tuple([t.requires_grad for t in inputs])
+        self.scope = module_scope.get()  # the module whose forward made this node (None outside modules)
         self.saved_tensors: tuple = ()
         self.saved_versions: tuple = ()
         self.released = False

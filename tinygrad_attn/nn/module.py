@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import Function, RemovableHandle, check_device, device, is_grad_enabled
+from ..engine import Function, RemovableHandle, check_device, device, is_grad_enabled, module_scope
 from ..tensor import Tensor
 
 
@@ -96,10 +96,14 @@ class Module:
     training = True
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        hooks = vars(self).get("_hooks")
-        if not hooks or not any(hooks.values()):
-            return self.forward(*args, **kwargs)
-        return self._call_with_hooks(hooks, args, kwargs)
+        token = module_scope.set(self)  # the nodes made inside know their module (ta.trace_backward names them)
+        try:
+            hooks = vars(self).get("_hooks")
+            if not hooks or not any(hooks.values()):
+                return self.forward(*args, **kwargs)
+            return self._call_with_hooks(hooks, args, kwargs)
+        finally:
+            module_scope.reset(token)
 
     # --- hooks, PyTorch's: each register_* returns a handle whose remove() takes the hook away -----------
     def _hook_table(self, kind: str) -> dict:
