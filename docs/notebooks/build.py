@@ -322,5 +322,260 @@ for kernel in ("math", "flash"):
 ]
 
 
+# --- notebook 02: tutorial 001, multi-head attention in NumPy, then with the library; the heads experiment -
+
+TUTORIAL_001 = [
+    {"en": """
+# 02 · Multi-head attention in NumPy, then with the library (tutorial 001)
+
+This notebook follows tutorial 001 (in `../shared/seeds/`, in French), section by section: the formulas, an
+implementation from scratch in NumPy with 3 tokens and 2 heads, the same with a framework (this library in
+place of PyTorch), heatmaps of the heads, shape checks, and the exercise with 1, 2, 4 and 8 heads. Two of
+its claims do not hold, and the cells show it with numbers: untrained heads do not "specialise", and more
+heads do not mean more parameters. Then the heads experiment is done properly, by training, and the
+notebook goes on to the backward pass through the heads.""",
+     "fr": """
+# 02 · L'attention multi-têtes en NumPy, puis avec la bibliothèque (tutoriel 001)
+
+Ce carnet suit le tutoriel 001 (dans `../shared/seeds/`), section par section : les formules, une
+implémentation à partir de zéro en NumPy avec 3 jetons et 2 têtes, la même avec un framework (cette
+bibliothèque à la place de PyTorch), les cartes des têtes, la vérification des formes, et l'exercice à 1, 2,
+4 et 8 têtes. Deux de ses affirmations ne tiennent pas, et les cellules le montrent, chiffres à l'appui : des
+têtes non entraînées ne « se spécialisent » pas, et plus de têtes ne veut pas dire plus de paramètres. Puis
+l'expérience des têtes est refaite correctement, par un entraînement, et le carnet continue par la passe
+arrière à travers les têtes."""},
+    {"en": """
+## 1. The formulas
+
+MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O with head_i = softmax(Q_i K_i^T / sqrt(d_k)) V_i, where
+Q = X W^Q (likewise K, V), d_k = d_model / h, and Q_i is the i-th block of d_k columns of Q: the reshape
+(batch, n, d_model) -> (batch, n, h, d_k) -> (batch, h, n, d_k) that the tutorial writes, rightly.""",
+     "fr": """
+## 1. Les formules
+
+MultiTête(Q, K, V) = Concat(tête_1, ..., tête_h) W^O avec tête_i = softmax(Q_i K_i^T / sqrt(d_k)) V_i, où
+Q = X W^Q (de même K, V), d_k = d_model / h, et Q_i est le i-ème bloc de d_k colonnes de Q : le reshape
+(lot, n, d_model) -> (lot, n, h, d_k) -> (lot, h, n, d_k) que le tutoriel écrit, à juste titre."""},
+    """
+import math
+import tempfile
+
+import matplotlib.pyplot as plt
+import numpy as np
+import tinygrad_attn as ta
+
+np.random.seed(42)
+ta.manual_seed(42)
+print("«imports done; the library runs on the|imports réussis ; la bibliothèque tourne sur le»", ta.device("cpu"))
+""",
+    {"en": """
+## 2. From scratch in NumPy: 3 tokens, 2 heads
+
+The tutorial's example: batch 1, 3 tokens, d_model 8, 2 heads, projection matrices drawn with scale 0.1.""",
+     "fr": """
+## 2. À partir de zéro en NumPy : 3 jetons, 2 têtes
+
+L'exemple du tutoriel : un lot de 1, 3 jetons, d_model 8, 2 têtes, des matrices de projection tirées à
+l'échelle 0,1."""},
+    """
+batch_size, seq_len, d_model, num_heads = 1, 3, 8, 2
+x = np.random.randn(batch_size, seq_len, d_model)
+W_q, W_k, W_v, W_o = (np.random.randn(d_model, d_model) * 0.1 for _ in range(4))
+print("batch_size:", batch_size, " seq_len:", seq_len, " d_model:", d_model, " num_heads:", num_heads,
+      " d_k «per head|par tête»:", d_model // num_heads)
+""",
+    """
+def multi_head_attention_from_scratch(x, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = x.shape
+    d_k = d // num_heads
+    def split(t):                                            # (b, n, d) -> (b, h, n, d_k)
+        return t.reshape(b, n, num_heads, d_k).transpose(0, 2, 1, 3)
+    q, k, v = split(x @ W_q), split(x @ W_k), split(x @ W_v)
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(d_k)    # (b, h, n, n)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    heads = weights @ v                                      # (b, h, n, d_k)
+    concat = heads.transpose(0, 2, 1, 3).reshape(b, n, d)    # «heads side by side|têtes côte à côte»
+    return concat @ W_o, weights
+
+output, attention_weights = multi_head_attention_from_scratch(x, W_q, W_k, W_v, W_o, num_heads)
+print("Output shape:", output.shape, " «heads|têtes»:", attention_weights.shape[1])
+for i in range(num_heads):
+    w = attention_weights[0, i]
+    print(f"«head|tête» {i + 1}: shape {w.shape}, «row sums|sommes des lignes»", w.sum(-1).round(6))
+    print(w.round(3))
+""",
+    {"en": """
+## 3. The same with the library
+
+The tutorial switches to PyTorch here. With `ta.nn.MultiHeadAttention` given the NumPy matrices (a `Linear`
+layer computes x W^T, so its weight is the transpose, and the tutorial has no biases), the outputs agree:""",
+     "fr": """
+## 3. La même chose avec la bibliothèque
+
+Le tutoriel passe ici à PyTorch. Avec `ta.nn.MultiHeadAttention` chargé des matrices NumPy (une couche
+`Linear` calcule x W^T, son poids est donc la transposée, et le tutoriel n'a pas de biais), les sorties
+concordent :"""},
+    """
+mha = ta.nn.MultiHeadAttention(d_model, num_heads, bias=False).to(ta.float64)
+mha.load_state_dict({"q_proj.weight": W_q.T, "k_proj.weight": W_k.T, "v_proj.weight": W_v.T, "out_proj.weight": W_o.T})
+out, weights = mha(ta.tensor(x))
+print("«parameters|paramètres»:", mha.num_parameters(), " output shape:", out.shape,
+      " «dimension kept|dimension préservée»:", out.shape == x.shape)
+print("«largest difference from NumPy|plus grand écart à NumPy»:", f"{np.abs(out.numpy() - output).max():.1e}",
+      f"{np.abs(weights.numpy() - attention_weights).max():.1e}")
+""",
+    {"en": """
+## 4. The heads' maps, and what they do not show
+
+The tutorial draws each head's weights and concludes that the heads "specialise in different kinds of
+relations". But these weights are random: nothing has been trained. Two heads differ because their random
+matrices differ; another seed gives other maps, differing from these as much as the heads differ from each
+other. Specialisation comes from training on a task (section 6).""",
+     "fr": """
+## 4. Les cartes des têtes, et ce qu'elles ne montrent pas
+
+Le tutoriel dessine les poids de chaque tête et conclut que les têtes « se spécialisent dans différents
+types de relations ». Mais ces poids sont aléatoires : rien n'a été entraîné. Deux têtes diffèrent parce que
+leurs matrices aléatoires diffèrent ; une autre graine donne d'autres cartes, aussi différentes de
+celles-ci que les têtes le sont entre elles. La spécialisation vient de l'entraînement sur une tâche
+(section 6)."""},
+    """
+tokens = ["«Token|Jeton» 0", "«Token|Jeton» 1", "«Token|Jeton» 2"]
+fig, axes = plt.subplots(1, num_heads, figsize=(8, 3.2))
+for i, ax in enumerate(axes):
+    w = weights.numpy()[0, i]
+    ax.imshow(w, vmin=0, vmax=1, cmap="YlOrRd")
+    for r in range(seq_len):
+        for c in range(seq_len):
+            ax.text(c, r, f"{w[r, c]:.3f}", ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(seq_len), tokens)
+    ax.set_yticks(range(seq_len), tokens)
+    ax.set_title(f"«head|tête» {i + 1} («untrained|sans entraînement»)")
+    ax.set_xlabel("«keys|clés»")
+axes[0].set_ylabel("«queries|requêtes»")
+plt.tight_layout()
+plt.show()
+
+x16 = ta.tensor(np.random.default_rng(5).normal(size=(1, 6, 16)))
+maps = []
+for seed in (0, 1):
+    ta.manual_seed(seed)
+    maps.append(ta.nn.MultiHeadAttention(16, 4).to(ta.float64)(x16)[1].numpy()[0])
+print("«mean difference between two heads|écart moyen entre deux têtes»:", np.abs(maps[0][0] - maps[0][1]).mean().round(3))
+print("«mean difference between two seeds|écart moyen entre deux graines»:", np.abs(maps[0][0] - maps[1][0]).mean().round(3))
+""",
+    {"en": """
+## 5. Shape checks
+
+The tutorial's three configurations: the output keeps the input's shape, and the weights are
+(batch, heads, seq, seq).""",
+     "fr": """
+## 5. Vérification des formes
+
+Les trois configurations du tutoriel : la sortie garde la forme de l'entrée, et les poids sont
+(lot, têtes, séq, séq)."""},
+    """
+for batch, seq, d, heads in [(2, 4, 16, 2), (1, 8, 32, 4), (4, 10, 64, 8)]:
+    x_test = ta.randn(batch, seq, d)
+    out_test, weights_test = ta.nn.MultiHeadAttention(d, heads)(x_test)
+    assert out_test.shape == x_test.shape and weights_test.shape == (batch, heads, seq, seq)
+    print(f"batch={batch}, seq={seq}, d_model={d}, heads={heads}: input {x_test.shape}, output {out_test.shape},",
+          f"weights {weights_test.shape}")
+""",
+    {"en": """
+## 6. The exercise: 1, 2, 4 and 8 heads
+
+The tutorial counts parameters for each head count and concludes "more heads = more parameters = more
+capacity". The count does not change: the projections are d_model x d_model whatever the number of heads,
+which only decides how the d_model features are grouped.""",
+     "fr": """
+## 6. L'exercice : 1, 2, 4 et 8 têtes
+
+Le tutoriel compte les paramètres pour chaque nombre de têtes et conclut « plus de têtes = plus de
+paramètres = plus de capacité ». Le compte ne change pas : les projections sont d_model x d_model quel que
+soit le nombre de têtes, qui décide seulement du regroupement des d_model composantes."""},
+    """
+d_model_ex, seq_len_ex = 16, 5
+x_ex = ta.randn(1, seq_len_ex, d_model_ex)
+for h in (1, 2, 4, 8):
+    mha_ex = ta.nn.MultiHeadAttention(d_model_ex, h)
+    print(f"«heads|têtes» {h}: d_k {d_model_ex // h}, «parameters|paramètres» {mha_ex.num_parameters()},",
+          f"output {mha_ex(x_ex)[0].shape}")
+""",
+    {"en": """
+To compare head counts, train: the reverse task (reverse 8 digits), one layer of width 16, 200 steps each,
+the same seed. Chance is ln 10 = 2.303 (a uniform guess among 10 digits). Every model ends far below it, and
+the head counts now differ in something real: with d_model fixed, 8 heads of 2 features each learn this task
+more slowly than 1 head of 16.""",
+     "fr": """
+Pour comparer les nombres de têtes, il faut entraîner : la tâche reverse (retourner 8 chiffres), une couche
+de largeur 16, 200 pas chacun, la même graine. Le hasard vaut ln 10 = 2,303 (un tirage uniforme parmi 10
+chiffres). Chaque modèle finit bien en dessous, et les nombres de têtes diffèrent maintenant par quelque
+chose de réel : à d_model fixé, 8 têtes de 2 composantes apprennent cette tâche plus lentement qu'une tête
+de 16."""},
+    """
+from tinygrad_attn.train import TrainConfig, train
+
+print(f"«chance|hasard»: ln 10 = {math.log(10):.3f}")
+for h in (1, 2, 4, 8):
+    metrics = train(TrainConfig(task="reverse", steps=200, d_model=16, nhead=h, num_layers=1, dim_feedforward=32,
+                                seed=0, target=1.01, progress=False, plot=False, out=tempfile.mkdtemp()))
+    print(f"«heads|têtes» {h}: «final loss|perte finale» {metrics['final_loss']:.3f},",
+          f"«held-out accuracy|exactitude sur les données de test» {metrics['accuracy']:.2f}")
+""",
+    {"en": """
+## Beyond the tutorial: the backward pass through the heads
+
+Splitting into heads and concatenating them are reshapes and transposes: reorderings of the same entries,
+whose backward is the inverse reordering. So each head's gradient flows back into its own d_k columns of Q,
+K and V, and into its own rows of the projection weights; W^O's gradient is Concat(heads)^T dOut. The
+library's gradients against finite differences, on both attention paths:""",
+     "fr": """
+## Au-delà du tutoriel : la passe arrière à travers les têtes
+
+La séparation en têtes et leur concaténation sont des reshapes et des transpositions : des
+réordonnancements des mêmes cases, dont la passe arrière est le réordonnancement inverse. Le gradient de
+chaque tête remonte donc dans ses propres d_k colonnes de Q, K et V, et dans ses propres lignes des poids de
+projection ; le gradient de W^O est Concat(têtes)^T dSortie. Les gradients de la bibliothèque face aux
+différences finies, sur les deux chemins de l'attention :"""},
+    """
+xg = ta.tensor(x, requires_grad=True)
+for kernel in ("math", "flash"):
+    with ta.sdpa_kernel(kernel):
+        ok = ta.gradcheck(lambda x_, *ps: mha(x_, need_weights=False)[0], [xg] + mha.parameters())
+    print(kernel, "gradcheck:", ok)
+mha.zero_grad()
+out, _ = mha(ta.tensor(x), need_weights=False)
+g = np.random.default_rng(0).normal(size=out.shape)
+(out * ta.tensor(g)).sum().backward()
+q = (x @ W_q).reshape(1, 3, 2, 4).transpose(0, 2, 1, 3)
+k = (x @ W_k).reshape(1, 3, 2, 4).transpose(0, 2, 1, 3)
+v = (x @ W_v).reshape(1, 3, 2, 4).transpose(0, 2, 1, 3)
+s = q @ k.transpose(0, 1, 3, 2) / 2.0
+p = np.exp(s - s.max(-1, keepdims=True))
+p /= p.sum(-1, keepdims=True)
+concat = (p @ v).transpose(0, 2, 1, 3).reshape(1, 3, 8)
+dW_o = concat[0].T @ g[0]                               # dW^O = Concat(heads)^T dOut
+print("dW^O «formula against the library|formule face à la bibliothèque»:",
+      f"{np.abs(dW_o.T - mha.out_proj.weight.grad.numpy()).max():.1e}")
+""",
+    {"en": """
+## 7. Summary, corrected
+
+The five steps hold: projections, split into heads (reshape then transpose), attention per head, concat,
+final projection; the output keeps the input's shape. What changes: heads specialise only through
+training, and the number of heads changes how the features are grouped, not the number of parameters.""",
+     "fr": """
+## 7. Résumé, corrigé
+
+Les cinq étapes tiennent : projections, séparation en têtes (reshape puis transposition), attention par
+tête, concaténation, projection finale ; la sortie garde la forme de l'entrée. Ce qui change : les têtes ne
+se spécialisent que par l'entraînement, et le nombre de têtes change le regroupement des composantes, pas le
+nombre de paramètres."""},
+]
+
+
 if __name__ == "__main__":
     build({"en": "01_multi_head_attention_masks.ipynb", "fr": "01_attention_multi_tetes_masques.ipynb"}, TUTORIAL_000)
+    build({"en": "02_numpy_beside_the_framework.ipynb", "fr": "02_numpy_et_framework.ipynb"}, TUTORIAL_001)
