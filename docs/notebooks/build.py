@@ -576,6 +576,173 @@ nombre de paramètres."""},
 ]
 
 
+# --- notebook 05: tutorial 004, cross-attention on "J'aime l'IA" -> "I love AI", every shape ----------------
+
+TUTORIAL_004 = [
+    {"en": """
+# 05 · Cross-attention, "J'aime l'IA" -> "I love AI" (tutorial 004)
+
+This notebook follows tutorial 004 (in `../shared/seeds/`, in French), cell by cell, with this library in
+place of Keras: two small vocabularies, 256-dimensional embeddings, the queries from the target sentence and
+the keys and values from the source sentence, one attention, then 8 heads of 32, the heads put back
+together and a last projection. It keeps the tutorial's sizes and prints every shape it printed. Then it
+goes on: the maps as a picture, and the backward pass of cross-attention, which carries the loss back
+into the **source** sentence through K and V.""",
+     "fr": """
+# 05 · L'attention croisée, « J'aime l'IA » -> « I love AI » (tutoriel 004)
+
+Ce carnet suit le tutoriel 004 (dans `../shared/seeds/`), cellule par cellule, avec cette bibliothèque à la
+place de Keras : deux petits vocabulaires, des plongements de dimension 256, les requêtes tirées de la
+phrase cible, les clés et les valeurs de la phrase source, une attention, puis 8 têtes de 32, les têtes
+rassemblées et une dernière projection. Il garde les tailles du tutoriel et affiche chaque forme qu'il
+affichait. Ensuite il continue : les cartes en image, et la passe arrière de l'attention croisée, qui ramène
+la perte jusque dans la phrase **source** par K et V."""},
+    """
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import tinygrad_attn as ta
+
+ta.manual_seed(0)
+source_vocab = {"<pad>": 0, "J'": 1, "aime": 2, "l'IA": 3}
+target_vocab = {"<pad>": 0, "I": 1, "love": 2, "AI": 3}
+source_sentence = ["J'", "aime", "l'IA"]
+target_sentence = ["I", "love", "AI"]
+""",
+    {"en": """
+Embeddings of size 256 for both vocabularies (the tutorial prints the whole (1, 3, 256) tensor; here its
+shape and first values):""",
+     "fr": """
+Des plongements de taille 256 pour les deux vocabulaires (le tutoriel affiche tout le tenseur (1, 3, 256) ;
+ici sa forme et ses premières valeurs) :"""},
+    """
+embedding_dim = 256
+source_embedding_layer = ta.nn.Embedding(len(source_vocab), embedding_dim)
+target_embedding_layer = ta.nn.Embedding(len(target_vocab), embedding_dim)
+encoder_input = ta.tensor([[source_vocab[w] for w in source_sentence]])
+decoder_input = ta.tensor([[target_vocab[w] for w in target_sentence]])
+encoder_embedded = source_embedding_layer(encoder_input)
+decoder_embedded = target_embedding_layer(decoder_input)
+print(encoder_embedded.shape, encoder_embedded.numpy()[0, 0, :4].round(4))
+""",
+    {"en": """
+Queries from the decoder's side (the target sentence), keys and values from the encoder's (the source):
+this is what makes it **cross**-attention.""",
+     "fr": """
+Les requêtes du côté du décodeur (la phrase cible), les clés et les valeurs du côté de l'encodeur (la
+source) : c'est ce qui en fait une attention **croisée**."""},
+    """
+query_layer, key_layer, value_layer = (ta.nn.Linear(embedding_dim, 256) for _ in range(3))
+Q = query_layer(decoder_embedded)
+K = key_layer(encoder_embedded)
+V = value_layer(encoder_embedded)
+print("«Shape of|Dimensions de» Q:", Q.shape)
+print("«Shape of|Dimensions de» K:", K.shape)
+print("«Shape of|Dimensions de» V:", V.shape)
+""",
+    """
+QK = Q @ K.transpose(-2, -1)
+QK_normalized = QK / math.sqrt(256)
+softmax = QK_normalized.softmax(-1)
+attention_output = softmax @ V
+print("«Shape of the attention|Dimension de l'attention»:", attention_output.shape)
+""",
+    {"en": """
+## Multi-head attention
+
+8 heads of depth 256 / 8 = 32: reshape to (1, 3, 8, 32), then move the heads before the positions.""",
+     "fr": """
+## L'attention multi-têtes
+
+8 têtes de profondeur 256 / 8 = 32 : reshape en (1, 3, 8, 32), puis les têtes passent devant les
+positions."""},
+    """
+num_heads = 8
+depth = 256 // num_heads
+
+def split_heads(x):
+    return x.reshape(1, -1, num_heads, depth).transpose(1, 2)
+
+Qh, Kh, Vh = split_heads(Q), split_heads(K), split_heads(V)
+print("«Shape of multi-head|Dimensions de multi-head» Q:", Qh.shape)
+print("«Shape of multi-head|Dimensions de multi-head» K:", Kh.shape)
+print("«Shape of multi-head|Dimensions de multi-head» V:", Vh.shape)
+""",
+    """
+QK = Qh @ Kh.transpose(-2, -1)
+print("«Shape of|Dimensions de» QK:", QK.shape)
+weights = (QK / math.sqrt(depth)).softmax(-1)
+attention_heads = weights @ Vh
+print("«Shape of|Dimensions de» attention_heads:", attention_heads.shape)
+""",
+    """
+concat_attention = attention_heads.transpose(1, 2).reshape(1, -1, 256)   # «heads back side by side|têtes remises côte à côte»
+print("«Shape of|Dimensions de» concat_attention:", concat_attention.shape)
+output_layer = ta.nn.Linear(256, 256)
+multihead_attention_output = output_layer(concat_attention)
+print("«Shape of|Dimensions de» multihead_attention_output:", multihead_attention_output.shape)
+""",
+    {"en": """
+## Beyond the tutorial: the same block as one module, and the maps
+
+These steps are exactly `ta.nn.MultiHeadAttention(256, 8)` called with the target as the query and the
+source as key and value. Given the same weights, the two agree to rounding. Each row of a map is a target
+word, each column a source word; the weights are untrained, so the maps are near uniform (1/3 per source
+word): `examples/cross_attention_translation.py` trains them.""",
+     "fr": """
+## Au-delà du tutoriel : le même bloc en un module, et les cartes
+
+Ces étapes sont exactement `ta.nn.MultiHeadAttention(256, 8)` appelé avec la cible comme requête et la
+source comme clé et valeur. Avec les mêmes poids, les deux concordent aux arrondis près. Chaque ligne d'une
+carte est un mot cible, chaque colonne un mot source ; les poids ne sont pas entraînés, les cartes sont donc
+presque uniformes (1/3 par mot source) : `examples/cross_attention_translation.py` les entraîne."""},
+    """
+mha = ta.nn.MultiHeadAttention(256, 8)
+for ours, theirs in (("q_proj", query_layer), ("k_proj", key_layer), ("v_proj", value_layer), ("out_proj", output_layer)):
+    getattr(mha, ours).load_state_dict(theirs.state_dict())
+out, maps = mha(decoder_embedded, encoder_embedded)
+print("«largest difference|plus grand écart»:", f"{np.abs(out.numpy() - multihead_attention_output.numpy()).max():.1e}",
+      " maps", maps.shape)
+fig, axes = plt.subplots(1, 4, figsize=(11, 2.8))
+for h, ax in enumerate(axes):
+    ax.imshow(maps.numpy()[0, h], vmin=0, vmax=1, cmap="viridis")
+    ax.set_xticks(range(3), source_sentence)
+    ax.set_yticks(range(3), target_sentence)
+    ax.set_title(f"«head|tête» {h}")
+fig.suptitle("«cross-attention, untrained: target words (rows) over source words|attention croisée, sans entraînement : mots cibles (lignes) sur mots sources»")
+plt.tight_layout()
+plt.show()
+""",
+    {"en": """
+## Beyond the tutorial: the backward pass of cross-attention
+
+The loss is computed on the decoder's side, yet the gradient reaches the **source** embeddings: through K
+(dK = dS^T Q / sqrt(d)) it tells each source word how to be found, and through V (dV = P^T dO) what to carry.
+The target embeddings get theirs through Q (dQ = dS K / sqrt(d)). Checked by finite differences, on both
+attention paths, at a smaller width so that it runs in a second:""",
+     "fr": """
+## Au-delà du tutoriel : la passe arrière de l'attention croisée
+
+La perte se calcule du côté du décodeur, et pourtant le gradient atteint les plongements **sources** : par K
+(dK = dS^T Q / sqrt(d)) il dit à chaque mot source comment être trouvé, et par V (dV = P^T dO) quoi
+transmettre. Les plongements cibles reçoivent le leur par Q (dQ = dS K / sqrt(d)). Vérifié par différences
+finies, sur les deux chemins de l'attention, à une largeur réduite pour que cela tourne en une seconde :"""},
+    """
+small = ta.nn.MultiHeadAttention(16, 8).to(ta.float64)
+target_x = ta.randn(1, 3, 16, dtype=ta.float64, requires_grad=True)
+source_x = ta.randn(1, 3, 16, dtype=ta.float64, requires_grad=True)
+for kernel in ("math", "flash"):
+    with ta.sdpa_kernel(kernel):
+        ok = ta.gradcheck(lambda t, s: small(t, s, need_weights=False)[0], [target_x, source_x])
+    print(kernel, "gradcheck:", ok)
+small(target_x, source_x, need_weights=False)[0].sum().backward()
+print("|dL/d«source|source»| «per word|par mot»:", np.linalg.norm(source_x.grad.numpy()[0], axis=-1).round(3))
+""",
+]
+
+
 if __name__ == "__main__":
     build({"en": "01_multi_head_attention_masks.ipynb", "fr": "01_attention_multi_tetes_masques.ipynb"}, TUTORIAL_000)
     build({"en": "02_numpy_beside_the_framework.ipynb", "fr": "02_numpy_et_framework.ipynb"}, TUTORIAL_001)
+    build({"en": "05_cross_attention.ipynb", "fr": "05_attention_croisee.ipynb"}, TUTORIAL_004)
