@@ -742,7 +742,365 @@ print("|dL/d«source|source»| «per word|par mot»:", np.linalg.norm(source_x.g
 ]
 
 
+# --- notebook 03: tutorial 002, the Annotated Transformer's attention and multi-head class ----------------
+
+TUTORIAL_002 = [
+    {"en": """
+# 03 · The Transformer's attention function and multi-head class (tutorial 002)
+
+This notebook follows tutorial 002 (in `../shared/seeds/`, in French): why sequence models moved from
+recurrence to attention, the `attention` function and the multi-head class it takes from the Annotated
+Transformer, then self-attention. The class as printed cannot run, and one of its lines projects the query
+with the key's layer; the cells show each problem, then fix it. Then the backward pass of masked attention.""",
+     "fr": """
+# 03 · La fonction d'attention et la classe multi-têtes du Transformer (tutoriel 002)
+
+Ce carnet suit le tutoriel 002 (dans `../shared/seeds/`) : pourquoi les modèles de séquences sont passés de
+la récurrence à l'attention, la fonction `attention` et la classe multi-têtes qu'il reprend de l'Annotated
+Transformer, puis l'auto-attention. La classe telle qu'imprimée ne peut pas tourner, et l'une de ses lignes
+projette la requête avec la couche des clés ; les cellules montrent chaque problème, puis le corrigent.
+Ensuite, la passe arrière de l'attention masquée."""},
+    {"en": """
+## The attention mechanism
+
+The tutorial says attention takes a query and key-value pairs and "outputs a score", "a weighted sum of the
+values". Two things are being called by one name. The **scores** are q . k / sqrt(d_k), one per (query, key)
+pair; softmax turns each row of them into **weights**; the **output** is the weighted sum of the values,
+one vector per query. The function, with this library:""",
+     "fr": """
+## Le mécanisme d'attention
+
+Le tutoriel dit que l'attention prend une requête et des paires clé-valeur et « fournit en sortie un
+score », « une somme pondérée des valeurs ». Deux choses portent là un seul nom. Les **scores** sont
+q . k / sqrt(d_k), un par couple (requête, clé) ; la softmax fait de chaque ligne de scores des **poids** ;
+la **sortie** est la somme des valeurs pondérée par ces poids, un vecteur par requête. La fonction, avec
+cette bibliothèque :"""},
+    """
+import math                                         # «the tutorial forgets this import|le tutoriel oublie cet import»
+
+import matplotlib.pyplot as plt
+import numpy as np
+import tinygrad_attn as ta
+from tinygrad_attn import functional as F
+
+def attention(query, key, value, mask=None, dropout=None):
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(np.expand_dims(mask, 1) == 0, -1e9)
+    p_attn = F.softmax(scores, dim=-1)
+    if dropout is not None:
+        p_attn = dropout(p_attn)
+    return p_attn @ value, p_attn
+
+ta.manual_seed(0)
+q, k, v = (ta.randn(1, 2, 4, 8, dtype=ta.float64) for _ in range(3))   # (B, H, T, d_k)
+output, p_attn = attention(q, k, v)
+print("«output|sortie» (B, H, T, d_k):", output.shape, " «weights|poids» (B, H, T, T):", p_attn.shape)
+""",
+    {"en": """
+## The multi-head class, as printed
+
+Four lines stop it or make it wrong: `selt.attn = None` (a NameError as soon as it is built),
+`self.linear_view(values)` (neither the layer nor `values` exists), `math` used without `import math`,
+and `query = self.linear_key(query)`: the query projected with the **key**'s layer. Here is the class with
+the first three kept as printed, each failure caught:""",
+     "fr": """
+## La classe multi-têtes, telle qu'imprimée
+
+Quatre lignes l'arrêtent ou la faussent : `selt.attn = None` (une NameError dès la construction),
+`self.linear_view(values)` (ni la couche ni `values` n'existent), `math` utilisé sans `import math`, et
+`query = self.linear_key(query)` : la requête projetée par la couche des **clés**. Voici la classe avec les
+trois premières gardées telles quelles, chaque échec attrapé :"""},
+    """
+class MultiHeadAttention(ta.nn.Module):
+    def __init__(self, heads, d_model, dropout=0.1, as_printed=True, query_layer="linear_key"):
+        self.d_model, self.d_k, self.h = d_model, d_model // heads, heads
+        self.linear_query = ta.nn.Linear(d_model, d_model)
+        self.linear_value = ta.nn.Linear(d_model, d_model)
+        self.linear_key = ta.nn.Linear(d_model, d_model)
+        self.dropout = ta.nn.Dropout(dropout)
+        self.output = ta.nn.Linear(d_model, d_model)
+        self.as_printed, self.query_layer = as_printed, query_layer
+        if as_printed:
+            selt.attn = None                           # noqa: F821  «as printed|tel qu'imprimé»
+        self.attn = None
+
+    def forward(self, query, key, value, mask=None):
+        bs = query.size(0)
+        key = self.linear_key(key).view(bs, -1, self.h, self.d_k)
+        query = getattr(self, self.query_layer)(query).view(bs, -1, self.h, self.d_k)
+        if self.as_printed:
+            value = self.linear_view(values).view(bs, -1, self.h, self.d_k)   # noqa: F821
+        else:
+            value = self.linear_value(value).view(bs, -1, self.h, self.d_k)
+        key, query, value = key.transpose(1, 2), query.transpose(1, 2), value.transpose(1, 2)
+        scores, self.attn = attention(query, key, value, mask, self.dropout)
+        concat = scores.transpose(1, 2).contiguous().view(bs, -1, self.d_model)
+        return self.output(concat)
+
+try:
+    MultiHeadAttention(4, 16)
+except NameError as err:
+    print("«building it|la construire»:", type(err).__name__, err)
+half_fixed = MultiHeadAttention(4, 16, dropout=0.0, as_printed=False)
+half_fixed.as_printed = True
+x = ta.randn(2, 5, 16, dtype=ta.float64)
+half_fixed.to(ta.float64)
+try:
+    half_fixed(x, x, x)
+except AttributeError as err:
+    print("«calling it|l'appeler»:", type(err).__name__, err)
+""",
+    {"en": """
+With those three fixed, the class runs, but the query still goes through `linear_key`. The scores become
+k_i . k_j: symmetric, so token i attends to token j exactly as much as j to i (before the softmax), and the
+query layer never gets a gradient, since it is not in the graph at all:""",
+     "fr": """
+Ces trois-là corrigées, la classe tourne, mais la requête passe toujours par `linear_key`. Les scores
+deviennent k_i . k_j : symétriques, le jeton i regarde donc le jeton j exactement autant que j regarde i
+(avant la softmax), et la couche des requêtes ne reçoit jamais de gradient, puisqu'elle n'est pas du tout
+dans le graphe :"""},
+    """
+runs = MultiHeadAttention(4, 16, dropout=0.0, as_printed=False).to(ta.float64)
+runs(x, x, x).sum().backward()
+scores = (runs.linear_key(x).view(2, -1, 4, 4).transpose(1, 2) @ runs.linear_key(x).view(2, -1, 4, 4).transpose(1, 2).transpose(-2, -1)).numpy()
+print("«scores symmetric|scores symétriques»:", np.allclose(scores, scores.swapaxes(-1, -2)),
+      " «gradient of linear_query|gradient de linear_query»:", runs.linear_query.weight.grad)
+""",
+    {"en": """
+The fix, `query = self.linear_query(query)`: the class then computes exactly this library's
+`MultiHeadAttention` (given the same weights):""",
+     "fr": """
+La correction, `query = self.linear_query(query)` : la classe calcule alors exactement le
+`MultiHeadAttention` de cette bibliothèque (avec les mêmes poids) :"""},
+    """
+fixed = MultiHeadAttention(4, 16, dropout=0.0, as_printed=False, query_layer="linear_query").to(ta.float64)
+fixed.load_state_dict(runs.state_dict())
+reference = ta.nn.MultiHeadAttention(16, 4).to(ta.float64)
+for ours, theirs in (("q_proj", "linear_query"), ("k_proj", "linear_key"), ("v_proj", "linear_value"), ("out_proj", "output")):
+    getattr(reference, ours).load_state_dict(getattr(fixed, theirs).state_dict())
+print("«largest difference|plus grand écart»:", f"{np.abs(fixed(x, x, x).numpy() - reference(x)[0].numpy()).max():.1e}")
+""",
+    {"en": """
+## Self-attention
+
+Self-attention is attention of a sequence over itself: queries, keys and values all come from the same
+tokens, so each token can gather what it needs from the others. The tutorial's example (which "it" the
+animal or the street is) needs a trained model. Here is one trained in a few seconds on the reverse task:
+each answer digit learns to attend to the prompt digit it mirrors, a relation between tokens found by
+training, not given.""",
+     "fr": """
+## L'auto-attention
+
+L'auto-attention est l'attention d'une séquence sur elle-même : requêtes, clés et valeurs viennent des mêmes
+jetons, chaque jeton peut donc aller chercher chez les autres ce dont il a besoin. L'exemple du tutoriel (à
+quoi renvoie « it », l'animal ou la rue) demande un modèle entraîné. En voici un, entraîné en quelques
+secondes sur la tâche reverse : chaque chiffre de la réponse apprend à regarder le chiffre de l'invite dont il
+est le miroir, une relation entre jetons trouvée par l'entraînement, pas donnée."""},
+    """
+import tempfile
+from tinygrad_attn.train import TrainConfig, load_run, train
+from tinygrad_attn.viz import attention_maps
+
+run = tempfile.mkdtemp()
+metrics = train(TrainConfig(task="reverse", steps=300, out=run, progress=False, plot=False, seed=0))
+task, model, _ = load_run(run)
+answer, batch = task.answer(model, "3 1 4 1 5 9 2 6")
+maps = attention_maps(task, model, batch)["self-attention"]
+print("«accuracy|exactitude»:", metrics["accuracy"], " «answer|réponse»:", answer)
+queries, keys = task.labels(batch)["self-attention"]
+fig, ax = plt.subplots(figsize=(5, 4.5))
+ax.imshow(maps[-1][0], vmin=0, vmax=1, cmap="viridis")
+ax.set_xticks(range(len(keys)), keys)
+ax.set_yticks(range(len(queries)), queries)
+ax.set_title("«reverse, last layer, head 0: rows predict the token shown|reverse, dernière couche, tête 0 : chaque ligne prédit le jeton indiqué»", fontsize=8)
+plt.show()
+""",
+    {"en": """
+## Beyond the tutorial: the backward pass of masked attention
+
+`masked_fill(mask == 0, -1e9)` puts a constant where the mask hides: a constant does not depend on the score,
+so the hidden scores get no gradient, and their probabilities are 0. Checked with the fixed class, a padding
+mask, and finite differences on both attention paths:""",
+     "fr": """
+## Au-delà du tutoriel : la passe arrière de l'attention masquée
+
+`masked_fill(mask == 0, -1e9)` met une constante là où le masque cache : une constante ne dépend pas du
+score, les scores cachés ne reçoivent donc aucun gradient, et leurs probabilités valent 0. Vérifié avec la
+classe corrigée, un masque de remplissage, et des différences finies sur les deux chemins de l'attention :"""},
+    """
+mask = np.ones((2, 1, 5), dtype=int)
+mask[1, :, 3:] = 0                                  # «the second sequence has 3 real tokens|la seconde séquence a 3 vrais jetons»
+xg = ta.randn(2, 5, 16, dtype=ta.float64, requires_grad=True)
+ok = ta.gradcheck(lambda t: fixed(t, t, t, mask), [xg])
+print("gradcheck «with the mask|avec le masque»:", ok, " «padding weights|poids du remplissage»:",
+      float(np.abs(fixed.attn.numpy()[1, :, :, 3:]).max()))
+for kernel in ("math", "flash"):
+    with ta.sdpa_kernel(kernel):
+        ok = ta.gradcheck(lambda t: reference(t, mask=mask[:, None].astype(bool), need_weights=False)[0], [xg])
+    print(kernel, "gradcheck:", ok)
+""",
+]
+
+
+# --- notebook 04: tutorial 003, attention as a soft dictionary lookup ---------------------------------------
+
+TUTORIAL_003 = [
+    {"en": """
+# 04 · Attention as a soft dictionary lookup (tutorial 003)
+
+This notebook follows tutorial 003 (in `../shared/seeds/`, in French): keys, values and a query; scores
+c_i = <q, k_i>; weights s = softmax(c); the result. Its formula weights the values by the raw scores c_i
+instead of s_i, and it calls attention an "activation": the cells show both with numbers. Then its NumPy
+code, beside this library, and the backward pass of the lookup.""",
+     "fr": """
+# 04 · L'attention comme un dictionnaire souple (tutoriel 003)
+
+Ce carnet suit le tutoriel 003 (dans `../shared/seeds/`) : des clés, des valeurs et une requête ; les scores
+c_i = <q, k_i> ; les poids s = softmax(c) ; le résultat. Sa formule pondère les valeurs par les scores bruts
+c_i au lieu des s_i, et il appelle l'attention une « activation » : les cellules montrent les deux, chiffres à
+l'appui. Puis son code NumPy, à côté de cette bibliothèque, et la passe arrière de la recherche."""},
+    {"en": """
+## A dictionary, hard and soft
+
+A Python dictionary returns the value whose key matches exactly. Attention returns a blend of all the
+values, each weighted by how well its key matches the query: keys close to the query get most of the
+weight.""",
+     "fr": """
+## Un dictionnaire, strict et souple
+
+Un dictionnaire Python renvoie la valeur dont la clé correspond exactement. L'attention renvoie un mélange de
+toutes les valeurs, chacune pondérée par l'accord de sa clé avec la requête : les clés proches de la requête
+reçoivent l'essentiel du poids."""},
+    """
+import numpy as np
+import tinygrad_attn as ta
+from tinygrad_attn import functional as F
+
+keys = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])       # t = 3 «keys|clés», d_key = 2
+values = np.array([[10.0, 0.0], [0.0, 10.0], [5.0, 5.0]])   # d_val = 2
+query = np.array([2.0, 0.5])
+c = keys @ query                                             # «scores|scores» c_i = <q, k_i>
+s = np.exp(c - c.max()) / np.exp(c - c.max()).sum()          # «weights|poids» s = softmax(c)
+print("c =", c, " s =", s.round(3), " «result|résultat» s V =", (s @ values).round(3))
+""",
+    {"en": """
+## The tutorial's result: weighted by c instead of s
+
+The tutorial defines the result as sum_i c_i v_i. The raw scores are no distribution: they need not be
+positive nor sum to 1, so that "result" is no blend of the values, and it leaves the values' range:""",
+     "fr": """
+## Le résultat du tutoriel : pondéré par c au lieu de s
+
+Le tutoriel définit le résultat comme somme_i c_i v_i. Les scores bruts ne sont pas une distribution : rien
+ne les oblige à être positifs ni à sommer à 1, ce « résultat » n'est donc pas un mélange des valeurs, et il
+sort de leur plage :"""},
+    """
+wrong = c @ values
+print("«with c|avec c»:", wrong, " «with s|avec s»:", (s @ values).round(3),
+      " «values range|plage des valeurs»:", values.min(0), values.max(0))
+""",
+    {"en": """
+## Why divide by sqrt(d_key)
+
+For random queries and keys with unit-variance entries, <q, k> has variance d_key: the longer the vectors,
+the larger the scores, and the softmax saturates (one weight near 1, the others near 0, and gradients near
+0). Dividing by sqrt(d_key) brings the variance back to 1:""",
+     "fr": """
+## Pourquoi diviser par sqrt(d_key)
+
+Pour des requêtes et des clés aléatoires de composantes de variance 1, <q, k> a pour variance d_key : plus
+les vecteurs sont longs, plus les scores sont grands, et la softmax sature (un poids proche de 1, les autres
+proches de 0, et des gradients proches de 0). Diviser par sqrt(d_key) ramène la variance à 1 :"""},
+    """
+rng = np.random.default_rng(0)
+for d in (4, 64, 256):
+    qs, ks = rng.normal(size=(20000, d)), rng.normal(size=(20000, d))
+    dots = (qs * ks).sum(-1)
+    print(f"d_key {d:>3}: «variance of|variance de» <q, k> {dots.var():7.1f},",
+          f"«after|après» / sqrt(d) {(dots / np.sqrt(d)).var():.2f}")
+""",
+    {"en": """
+## "A kind of activation"?
+
+The tutorial files attention with sigmoid, ReLU, Softmax, Dropout and BatchNorm as "activations". An
+activation acts on each entry alone; attention mixes positions: output i depends on every key and value.""",
+     "fr": """
+## « Une sorte d'activation » ?
+
+Le tutoriel range l'attention avec sigmoïde, ReLU, Softmax, Dropout et BatchNorm parmi les « activations ».
+Une activation agit sur chaque case séparément ; l'attention mélange les positions : la sortie i dépend de
+toutes les clés et de toutes les valeurs."""},
+    """
+x = ta.tensor(rng.normal(size=(4, 2)), requires_grad=True)
+F.scaled_dot_product_attention(x, x, x)[0].sum().backward()
+print("«attention: row 0 depends on the other rows|attention : la ligne 0 dépend des autres lignes»:",
+      bool(np.abs(x.grad.numpy()[1:]).sum() > 0))
+y = ta.tensor(rng.normal(size=(4, 2)), requires_grad=True)
+y.relu()[0].sum().backward()
+print("«ReLU: row 0 depends on the other rows|ReLU : la ligne 0 dépend des autres lignes»:",
+      bool(np.abs(y.grad.numpy()[1:]).sum() > 0))
+""",
+    {"en": """
+## The tutorial's NumPy code, with several queries and a batch
+
+Its code is right (the result is weighted by the softmax weights). Beside this library's
+`scaled_dot_product_attention`, on the same arrays:""",
+     "fr": """
+## Le code NumPy du tutoriel, avec plusieurs requêtes et un lot
+
+Son code est juste (le résultat est pondéré par les poids de la softmax). À côté de la
+`scaled_dot_product_attention` de la bibliothèque, sur les mêmes tableaux :"""},
+    """
+def softmax(x):
+    exp_x = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return exp_x / np.sum(exp_x, axis=-1, keepdims=True)
+
+def scaled_dot_product_attention(Q, K, V):
+    dk = K.shape[-1]
+    scores = np.matmul(Q, K.transpose((0, 2, 1))) / np.sqrt(dk)
+    return np.matmul(softmax(scores), V)
+
+Q, K, V = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 5, 6))
+ours = F.scaled_dot_product_attention(ta.tensor(Q), ta.tensor(K), ta.tensor(V)).numpy()
+print("«shape|forme»", ours.shape, " «largest difference|plus grand écart»:",
+      f"{np.abs(ours - scaled_dot_product_attention(Q, K, V)).max():.1e}")
+""",
+    {"en": """
+## Beyond the tutorial: the backward pass of the lookup
+
+For one query with result r = sum_i s_i v_i and a gradient g = dL/dr coming back: dv_i = s_i g (each value
+gets its weight's share); ds_i = <g, v_i>; through the softmax, dc_i = s_i (ds_i - <g, r>); and
+dq = sum_i dc_i k_i / sqrt(d), dk_i = dc_i q / sqrt(d). The formulas against the library's gradients:""",
+     "fr": """
+## Au-delà du tutoriel : la passe arrière de la recherche
+
+Pour une requête de résultat r = somme_i s_i v_i et un gradient g = dL/dr qui revient : dv_i = s_i g (chaque
+valeur reçoit la part de son poids) ; ds_i = <g, v_i> ; à travers la softmax, dc_i = s_i (ds_i - <g, r>) ;
+et dq = somme_i dc_i k_i / sqrt(d), dk_i = dc_i q / sqrt(d). Les formules face aux gradients de la
+bibliothèque :"""},
+    """
+d = 2
+qt, kt, vt = (ta.tensor(a, requires_grad=True) for a in (query[None], keys, values))
+r = F.scaled_dot_product_attention(qt, kt, vt)            # (1, d_val)
+g = np.array([[1.0, -2.0]])
+(r * ta.tensor(g)).sum().backward()
+c = keys @ query / np.sqrt(d)
+s = np.exp(c - c.max()) / np.exp(c - c.max()).sum()
+result = s @ values
+dc = s * (values @ g[0] - g[0] @ result)
+print("dv:", np.abs(vt.grad.numpy() - np.outer(s, g[0])).max().round(12),
+      " dq:", np.abs(qt.grad.numpy()[0] - dc @ keys / np.sqrt(d)).max().round(12),
+      " dk:", np.abs(kt.grad.numpy() - np.outer(dc, query) / np.sqrt(d)).max().round(12))
+print("gradcheck:", ta.gradcheck(lambda a, b, c_: F.scaled_dot_product_attention(a, b, c_), [qt, kt, vt]))
+""",
+]
+
+
 if __name__ == "__main__":
     build({"en": "01_multi_head_attention_masks.ipynb", "fr": "01_attention_multi_tetes_masques.ipynb"}, TUTORIAL_000)
     build({"en": "02_numpy_beside_the_framework.ipynb", "fr": "02_numpy_et_framework.ipynb"}, TUTORIAL_001)
+    build({"en": "03_attention_function_and_class.ipynb", "fr": "03_fonction_et_classe_attention.ipynb"}, TUTORIAL_002)
+    build({"en": "04_soft_dictionary_lookup.ipynb", "fr": "04_dictionnaire_souple.ipynb"}, TUTORIAL_003)
     build({"en": "05_cross_attention.ipynb", "fr": "05_attention_croisee.ipynb"}, TUTORIAL_004)
