@@ -64,23 +64,24 @@ def plot_attention(task: Any, model: Any, batch: Any, path: str, head: str | Non
         queries, keys = labels.get(name, (None, None))
         fig, ax = plt.subplots(figsize=(1 + 0.6 * weights.shape[1], 1 + 0.5 * weights.shape[0]))
         image = ax.imshow(weights, cmap="viridis", vmin=0, vmax=1)
-        for i in range(weights.shape[0]):
-            for j in range(weights.shape[1]):
-                ax.text(j, i, f"{weights[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                        color="black" if weights[i, j] > 0.5 else "white")
+        _values(ax, weights, 7)
         _ticks(ax, queries, keys, 8)
         ax.set_title(f"{name} layer {layer} head {h}", fontsize=9)
         fig.colorbar(image, ax=ax, shrink=0.8)
     else:
         heads = rows[0][2].shape[0]
-        fig, axes = plt.subplots(len(rows), heads, figsize=(2.8 * heads + 1, 2.8 * len(rows)), squeeze=False)
+        # constrained layout keeps each row's key labels clear of the next row's titles (narrow cross maps too)
+        fig, axes = plt.subplots(len(rows), heads, figsize=(2.8 * heads + 1, 3.0 * len(rows)), squeeze=False,
+                                 layout="constrained")
         for r, (name, layer, weights) in enumerate(rows):
             queries, keys = labels.get(name, (None, None))
             for h in range(heads):
                 ax = axes[r][h]
-                image = ax.imshow(weights[h], cmap="viridis", vmin=0, vmax=1)
+                image = ax.imshow(weights[h], cmap="viridis", vmin=0, vmax=1, aspect="auto")
                 ax.set_title(f"{name} L{layer} H{h}", fontsize=8)
                 _ticks(ax, queries if h == 0 else None, keys, 6)
+                if max(weights[h].shape) <= 10:  # small maps show their values: a near-uniform (untrained) map
+                    _values(ax, weights[h], 5)    # reads as numbers, not as one flat colour
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6)
     fig.suptitle("\n".join(textwrap.wrap((title + "\n" if title else "") + caption, 90)), fontsize=9)
     fig.savefig(path, dpi=90, bbox_inches="tight")
@@ -96,6 +97,14 @@ def _parse_head(head: str, layers: int, heads: int) -> tuple[int, int]:
     if not (0 <= layer < layers and 0 <= h < heads):
         raise ValueError(f"--head {head}: the model has layers 0..{layers - 1} and heads 0..{heads - 1}")
     return layer, h
+
+
+def _values(ax: Any, weights: np.ndarray, size: int) -> None:
+    """Each cell's weight written in it, dark on light cells and light on dark ones."""
+    for i in range(weights.shape[0]):
+        for j in range(weights.shape[1]):
+            ax.text(j, i, f"{weights[i, j]:.2f}", ha="center", va="center", fontsize=size,
+                    color="black" if weights[i, j] > 0.5 else "white")
 
 
 def _ticks(ax: Any, queries: list[str] | None, keys: list[str] | None, size: int) -> None:
