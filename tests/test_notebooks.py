@@ -15,7 +15,7 @@ NOTEBOOKS = sorted((pathlib.Path(__file__).resolve().parent.parent / "docs" / "n
 def test_french_and_english_notebooks_pair_up():
     fr = [p for p in NOTEBOOKS if p.parent.name == "fr"]
     en = [p for p in NOTEBOOKS if p.parent.name == "en"]
-    assert len(fr) == len(en) == 5
+    assert len(fr) == len(en) == 6  # one per source tutorial, and the step-through notebook
     assert [p.name[:2] for p in fr] == [p.name[:2] for p in en]
     for a, b in zip(fr, en):  # the same code; prose, comments and strings in two languages
         code = [[_skeleton(c.source) for c in nbformat.read(p, 4).cells if c.cell_type == "code"] for p in (a, b)]

@@ -1098,9 +1098,107 @@ print("gradcheck:", ta.gradcheck(lambda a, b, c_: F.scaled_dot_product_attention
 ]
 
 
+# --- notebook 06: a backward pass to step through, one head with T = 2 and d = 2 ---------------------------
+
+STEP_THROUGH = [
+    {"en": """
+# 06 · Step through a backward pass: one head, T = 2, d = 2
+
+No tutorial goes here: this notebook walks one attention head backward, number by number, and shows how
+to stop inside every step. It is docs/step-through.md as cells to run and change.
+
+To enter the compiled kernels with a debugger, start Jupyter (or your script) with `NUMBA_DISABLE_JIT=1`:
+the same code then runs as Python. Breakpoints: `run_backward` in `tinygrad_attn/engine.py` (the walk),
+the `backward` of each rule in `tinygrad_attn/ops.py`, `_softmax_backward_rows` in
+`tinygrad_attn/kernels/softmax.py`.""",
+     "fr": """
+# 06 · Suivre une passe arrière pas à pas : une tête, T = 2, d = 2
+
+Aucun tutoriel ne va jusqu'ici : ce carnet parcourt une tête d'attention à l'envers, nombre par nombre, et
+montre comment s'arrêter dans chaque étape. C'est docs/fr/pas-a-pas.md, en cellules à exécuter et à
+modifier.
+
+Pour entrer dans les noyaux compilés avec un débogueur, lancez Jupyter (ou votre script) avec
+`NUMBA_DISABLE_JIT=1` : le même code s'exécute alors en Python. Points d'arrêt : `run_backward` dans
+`tinygrad_attn/engine.py` (le parcours), le `backward` de chaque règle dans `tinygrad_attn/ops.py`,
+`_softmax_backward_rows` dans `tinygrad_attn/kernels/softmax.py`."""},
+    """
+import numpy as np
+import tinygrad_attn as ta
+
+q = ta.tensor([[1.0, 0.0], [0.0, 1.0]], requires_grad=True, dtype=ta.float64)   # (T, d) = (2, 2)
+k = ta.tensor([[1.0, 0.0], [1.0, 1.0]], requires_grad=True, dtype=ta.float64)
+v = ta.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True, dtype=ta.float64)
+s = q @ k.T / np.sqrt(2)          # «the scores S|les scores S»
+p = s.softmax(-1)                 # P
+o = p @ v                         # O
+for t in (s, p, o):
+    t.retain_grad()               # «keep dS, dP, dO|garder dS, dP, dO»
+seen = []
+p.register_hook(lambda g: seen.append(g.numpy().copy()))   # «a hook sees dP as it flows|un crochet voit passer dP»
+o.sum().backward()                # L = «sum of O, so dO is all ones|somme de O, donc dO ne contient que des 1»
+print("S =", s.numpy().round(4).tolist())
+print("P =", p.numpy().round(4).tolist())
+print("O =", o.numpy().round(4).tolist())
+""",
+    {"en": """
+**Forward.** Row 0 compares q_0 = (1, 0) with k_0 = (1, 0) and k_1 = (1, 1): both scores are
+1/sqrt(2) = 0.7071, so P's row 0 is (0.5, 0.5). Row 1, q_1 = (0, 1): scores (0, 0.7071), so
+(1, e^0.7071) / (1 + e^0.7071) = (0.3302, 0.6698). O = P V.
+
+**Backward**, with dO all ones: dV = P^T dO, dP = dO V^T = [[3, 7], [3, 7]], D = rowsum(dO * O) = (5, 5.679),
+dS = P (dP - D) = [[-1, 1], [-0.8847, 0.8847]] (each row sums to 0), dQ = dS K / sqrt(2) (its first column
+is 0: both keys share their first coordinate, a shift of the whole row the softmax ignores), and
+dK = dS^T Q / sqrt(2). The library's numbers:""",
+     "fr": """
+**Passe avant.** La ligne 0 compare q_0 = (1, 0) à k_0 = (1, 0) et k_1 = (1, 1) : les deux scores valent
+1/sqrt(2) = 0,7071, la ligne 0 de P est donc (0,5 ; 0,5). Ligne 1, q_1 = (0, 1) : scores (0 ; 0,7071), d'où
+(1, e^0,7071) / (1 + e^0,7071) = (0,3302 ; 0,6698). O = P V.
+
+**Passe arrière**, avec dO rempli de 1 : dV = P^T dO, dP = dO V^T = [[3, 7], [3, 7]],
+D = somme_ligne(dO * O) = (5 ; 5,679), dS = P (dP - D) = [[-1, 1], [-0,8847 ; 0,8847]] (chaque ligne a pour
+somme 0), dQ = dS K / sqrt(2) (sa première colonne est nulle : les deux clés partagent leur première
+coordonnée, un décalage de toute la ligne que la softmax ignore), et dK = dS^T Q / sqrt(2). Les nombres de la
+bibliothèque :"""},
+    """
+print("dV =", v.grad.numpy().round(4).tolist())
+print("dP =", p.grad.numpy().tolist(), " («the hook saw|le crochet a vu»", seen[0].tolist(), ")")
+print("dS =", s.grad.numpy().round(4).tolist())
+print("dQ =", q.grad.numpy().round(4).tolist())
+print("dK =", k.grad.numpy().round(4).tolist())
+P, dP, O = p.numpy(), p.grad.numpy(), o.numpy()
+assert np.allclose(s.grad.numpy(), P * (dP - O.sum(-1, keepdims=True)))   # «dS = P (dP - rowsum(dO * O)), dO = 1|dS = P (dP - somme_ligne(dO * O)), dO = 1»
+""",
+    {"en": """
+The same numbers on both paths of `scaled_dot_product_attention`, and the trace of the backward, one row per
+node, named after the layer that made it:""",
+     "fr": """
+Les mêmes nombres sur les deux chemins de `scaled_dot_product_attention`, et la trace de la passe arrière,
+une ligne par nœud, nommée d'après la couche qui l'a produit :"""},
+    """
+F = ta.nn.functional
+for kernel in ("math", "flash"):
+    qq, kk, vv = (ta.tensor(t.numpy(), requires_grad=True) for t in (q, k, v))
+    with ta.sdpa_kernel(kernel):
+        F.scaled_dot_product_attention(qq, kk, vv).sum().backward()
+    print(kernel, "«same dQ, dK, dV|mêmes dQ, dK, dV»:", np.allclose(qq.grad.numpy(), q.grad.numpy())
+          and np.allclose(kk.grad.numpy(), k.grad.numpy()) and np.allclose(vv.grad.numpy(), v.grad.numpy()))
+
+ta.manual_seed(0)
+mha = ta.nn.MultiHeadAttention(4, 2).to(ta.float64)
+x = ta.randn(1, 2, 4, dtype=ta.float64)
+with ta.sdpa_kernel("math"):
+    out, _ = mha(x, need_weights=False)
+with ta.trace_backward(names=mha):
+    out.sum().backward()
+""",
+]
+
+
 if __name__ == "__main__":
     build({"en": "01_multi_head_attention_masks.ipynb", "fr": "01_attention_multi_tetes_masques.ipynb"}, TUTORIAL_000)
     build({"en": "02_numpy_beside_the_framework.ipynb", "fr": "02_numpy_et_framework.ipynb"}, TUTORIAL_001)
     build({"en": "03_attention_function_and_class.ipynb", "fr": "03_fonction_et_classe_attention.ipynb"}, TUTORIAL_002)
     build({"en": "04_soft_dictionary_lookup.ipynb", "fr": "04_dictionnaire_souple.ipynb"}, TUTORIAL_003)
     build({"en": "05_cross_attention.ipynb", "fr": "05_attention_croisee.ipynb"}, TUTORIAL_004)
+    build({"en": "06_step_through_a_backward.ipynb", "fr": "06_passe_arriere_pas_a_pas.ipynb"}, STEP_THROUGH)
