@@ -88,3 +88,17 @@ def test_every_pytorch_name_in_the_table_exists_and_every_public_name_is_listed(
                                                                                           "zero_grad")}
     public -= {"Tensor", "dtypes", "return_types", "debug", "functional", "losses", "nn", "optim", "utils"}
     assert not public - listed, f"public names missing from docs/api.md's table: {sorted(public - listed)}"
+
+
+def test_every_english_page_has_a_french_twin_and_back():
+    """French parity: each page in docs/ links its French twin, which exists, links back, and holds the same
+    python blocks' count (the code is the same; prose, comments and strings in French)."""
+    docs = ROOT / "docs"
+    for page in sorted(docs.glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        found = re.search(r"\(\[en français\]\((fr/[^)]+)\)\)", text)
+        assert found, f"{page.name} links no French twin"
+        twin = docs / found.group(1)
+        assert twin.exists(), f"{page.name}: {twin} is missing"
+        assert f"(../{page.name})" in twin.read_text(encoding="utf-8"), f"{twin.name} does not link back"
+        assert len(BLOCK.findall(text)) == len(BLOCK.findall(twin.read_text(encoding="utf-8"))), twin.name
