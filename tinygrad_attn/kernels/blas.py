@@ -17,7 +17,7 @@ import ctypes
 import numpy as np
 from numba import njit, prange
 
-from .tiles import part_rows
+from .vector import part_rows
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS enum values
 _NAMES = {np.dtype(np.float32): ("scipy_cblas_sgemm64_", "cblas_sgemm64_"),

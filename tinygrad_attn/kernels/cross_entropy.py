@@ -15,7 +15,7 @@ from numba import njit, prange
 from . import SAFE_FASTMATH
 from .parallel import run_rows
 from .softmax import _NO_MASK, row_max_and_sum
-from .tiles import exp_vectorizable, part_rows, wide_vectors
+from .vector import exp_vectorizable, part_rows, wide_vectors
 
 
 # Each kernel loops over rows [start, stop) (see softmax.py for why not a function per row).

@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from . import SAFE_FASTMATH
-from .tiles import wide_vectors
+from .vector import wide_vectors
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)

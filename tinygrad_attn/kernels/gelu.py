@@ -8,7 +8,7 @@
 float64 uses libm's erfc: Phi(x) = erfc(-x / sqrt 2) / 2 keeps the left tail's digits.
 float32 uses erfc(z) = exp(-z^2) t q(t), t = 1 / (1 + 0.3 z), q a degree-8 polynomial: a least-squares
 fit of erfcx(z) / t for z in [0, 9.5] (below which Phi(-|x|) is still a normal float32), relative error
-below 6e-8 with its float32 coefficients. The exp is the vectorisable one of tiles.py, not one libm call
+below 6e-8 with its float32 coefficients. The exp is the vectorisable one of vector.py, not one libm call
 per element, and exp(-z^2) = exp(-x^2 / 2) is also the Gaussian density's: the backward needs one exp
 per element. Rounding z^2 to float32 moves exp(-z^2) by up to half an ulp of z^2, so far in the left
 tail (x < -3) the relative error grows to a few 1e-6; the absolute error stays below 1e-7 |x|, as with
@@ -24,7 +24,7 @@ from numba import njit, prange
 
 from . import SAFE_FASTMATH
 from .parallel import run_rows
-from .tiles import exp_vectorizable, part_rows, wide_vectors
+from .vector import exp_vectorizable, part_rows, wide_vectors
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)

@@ -19,7 +19,7 @@ from numba import njit, prange
 
 from . import SAFE_FASTMATH
 from .parallel import row_parts, run_rows
-from .tiles import part_rows, wide_vectors
+from .vector import part_rows, wide_vectors
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")

@@ -12,7 +12,7 @@ from numba import njit, prange
 
 from . import SAFE_FASTMATH
 from .parallel import run_rows
-from .tiles import maximum, part_rows, wide_vectors
+from .vector import maximum, part_rows, wide_vectors
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)

@@ -21,7 +21,8 @@ from numba import njit, prange
 
 from .blas import NO_TRANS, ROW_MAJOR, TRANS, blas_operand
 from .parallel import run_parts
-from .tiles import part_rows, probs_from_lse, score_gradient, softmax_tile
+from .tiles import probs_from_lse, score_gradient, softmax_tile
+from .vector import part_rows
 
 
 def fits_one_tile(q, k, v, tile, gemm) -> bool:

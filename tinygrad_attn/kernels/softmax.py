@@ -22,7 +22,7 @@ from numba import njit, prange
 
 from . import SAFE_FASTMATH
 from .parallel import run_rows
-from .tiles import exp_vectorizable, maximum, part_rows, wide_vectors
+from .vector import exp_vectorizable, maximum, part_rows, wide_vectors
 
 _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
 

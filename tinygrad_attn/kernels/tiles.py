@@ -7,86 +7,21 @@ j > i + q_start - k_start, `visible_keys`) can be applied without building a
 mask. Each kernel reads the rule the same way: entries past `limit` in a row
 are hidden and become 0.
 
-`maximum` and `exp_vectorizable` are the two scalar functions the loops are
-written with. Compiled, they become LLVM's NaN-propagating `maximum` and an
-exp made of a polynomial and an exponent shift, both of which LLVM turns into
-vector instructions; numba's `max` and `math.exp` do not vectorise. Without
-numba (NUMBA_DISABLE_JIT=1) their plain Python definitions run. Each hot
-kernel here and in the row kernels starts with `wide_vectors()`.
+The loops are written with vector.py's `maximum` and `exp_vectorizable`, and each hot kernel starts with
+its `wide_vectors()`.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic, overload
+from numba import njit
 
 from . import SAFE_FASTMATH
+from .vector import exp_vectorizable, maximum, wide_vectors
 
 # A tile with rows of up to this many keys is shifted row by row (S - m, hidden keys -inf), then
 # exponentiated as one flat array: a vectorised loop per row pays only on longer rows.
 SHORT_ROW = 64
-
-
-def maximum(a, b):
-    """The larger of two floats, NaN when either is NaN (IEEE 754-2019 maximum).
-
-    Compiled, it is LLVM's `maximum`, which the loop vectoriser turns into a
-    vector reduction (numba's `max` compiles to a chain of compare-and-selects).
-    A NaN score reaches the row max, and from it the output.
-    """
-    return a if a > b or a != a else b
-
-
-@intrinsic
-def _llvm_maximum(typingctx, a, b):
-    if a == b and isinstance(a, types.Float):
-        def codegen(context, builder, signature, args):
-            function_type = ir.FunctionType(args[0].type, [args[0].type, args[1].type])
-            function = cgutils.get_or_insert_function(builder.module, function_type, f"llvm.maximum.f{a.bitwidth}")
-            return builder.call(function, args)
-        return a(a, b), codegen
-    return None
-
-
-@overload(maximum)
-def _maximum_compiled(a, b):
-    if a == b and isinstance(a, types.Float):
-        return lambda a, b: _llvm_maximum(a, b)
-    return None
-
-
-def wide_vectors():
-    """Let LLVM vectorise the calling kernel with the widest vectors the CPU has (512 bits with AVX-512).
-
-    On AVX-512 CPUs LLVM otherwise prefers 256-bit vectors (wide instructions used to lower the
-    clock of older Intel parts); the exp-heavy loops here run faster with 512. Compiled, this marks
-    the calling function only: nothing else in the process changes. Without numba it does nothing.
-    """
-
-
-@intrinsic
-def _prefer_wide_vectors(typingctx):
-    def codegen(context, builder, signature, args):
-        # llvmlite's attribute set checks names against a fixed list that lacks LLVM's string attributes
-        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
-        return context.get_dummy_value()
-    return types.none(), codegen
-
-
-@overload(wide_vectors, inline="always")  # inlined, so the intrinsic marks the caller
-def _wide_vectors_compiled():
-    return lambda: _prefer_wide_vectors()
-
-
-@njit(cache=True, nogil=True, inline="always")
-def part_rows(rows, p, parts):
-    """Rows [start, stop) of part p of `parts` nearly equal parts."""
-    return rows * p // parts, rows * (p + 1) // parts
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
@@ -101,54 +36,6 @@ def row_max(scores, g, i, limit, start):
     for j in range(limit):
         m = maximum(m, scores[g, i, j])
     return m
-
-
-@intrinsic
-def _float_from_bits(typingctx, bits):
-    """The float whose IEEE bits are `bits` (int32 -> float32, int64 -> float64): builds 2^n exactly."""
-    width = {types.int32: (types.float32, ir.FloatType()), types.int64: (types.float64, ir.DoubleType())}
-    if bits in width:
-        result, llvm_type = width[bits]
-        return result(bits), lambda context, builder, signature, args: builder.bitcast(args[0], llvm_type)
-    return None
-
-
-def exp_vectorizable(s):
-    """exp(s), in a form LLVM vectorises inside the tile kernels (numba's own exp calls libm one value at a time).
-
-    Compiled, it is exp(s) = 2^n e^r with n = round(s / ln 2) and r = s - n ln 2 in [-ln2/2, ln2/2]
-    (ln 2 split in two parts, so r is exact), e^r from its Taylor series (degree 7 for float32, 13
-    for float64: within 2 ulp of numpy's exp) and 2^n built from its exponent bits. Results below the
-    smallest normal float flush to 0, so exp(-inf) = 0. Without numba, this plain definition runs.
-    """
-    return math.exp(s)
-
-
-def _exp_float32(s):
-    n = np.rint(s * np.float32(1.4426950408889634))  # s / ln 2
-    r = s - n * np.float32(0.693145751953125) - n * np.float32(1.428606820309417e-06)  # ln 2 = hi + lo
-    p = np.float32(1 / 5040)
-    for c in (1 / 720, 1 / 120, 1 / 24, 1 / 6, 1 / 2, 1.0, 1.0):
-        p = p * r + np.float32(c)
-    two_n = _float_from_bits(np.int32((np.int32(n) + np.int32(127)) << np.int32(23)))
-    return np.float32(0.0) if s < np.float32(-87.0) else p * two_n
-
-
-def _exp_float64(s):
-    n = np.rint(s * 1.4426950408889634)
-    r = s - n * 0.6931471803691238 - n * 1.9082149292705877e-10
-    p = 1 / 6227020800
-    for c in (1 / 479001600, 1 / 39916800, 1 / 3628800, 1 / 362880, 1 / 40320, 1 / 5040, 1 / 720, 1 / 120,
-              1 / 24, 1 / 6, 1 / 2, 1.0, 1.0):
-        p = p * r + c
-    two_n = _float_from_bits((np.int64(n) + np.int64(1023)) << np.int64(52))
-    return 0.0 if s < -708.0 else p * two_n
-
-
-# No reassociation here: it would let LLVM merge (s - n hi) - n lo into s - n ln 2 and lose r's precision.
-@overload(exp_vectorizable, jit_options={"fastmath": {"contract", "nsz"}})
-def _exp_vectorizable_compiled(s):
-    return {types.float32: _exp_float32, types.float64: _exp_float64}.get(s)
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
