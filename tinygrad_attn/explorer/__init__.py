@@ -32,12 +32,10 @@ class Explorer:
 
     def __init__(self, data: dict, title: str):
         self.data, self.title = data, title
-        payload = json.dumps(data, separators=(",", ":"), allow_nan=False)
-        data["bytes"] = len(payload)
-        payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+        payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")  # once
         template = resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
         self.html = template.replace("__TITLE__", html.escape(title)).replace("__DATA__", payload)
-        self.stats = {"bytes": len(self.html.encode("utf-8")), "data_bytes": data["bytes"],
+        self.stats = {"bytes": len(self.html.encode("utf-8")), "data_bytes": len(payload),
                       "build_seconds": data["seconds"]}
 
     def _repr_html_(self) -> str:
