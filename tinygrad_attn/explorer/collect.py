@@ -189,8 +189,10 @@ def _kind(name: str) -> str:
     return "self-attention"
 
 
-def attention_panel(call: _Call, index: int, labels: dict | None, tokens: dict[int, np.ndarray]) -> dict:
-    """One attention call's maps and per-token norms for example `index` of the batch."""
+def attention_panel(call: _Call, index: int, labels: dict | None,
+                    tokens: dict[int, np.ndarray]) -> tuple[dict, dict]:
+    """One attention call's maps and per-token norms for example `index` of the batch (the page's panel), and the
+    exact arrays they came from (for the finite-difference check)."""
     m = call.module
     h, scale = m.num_heads, 1.0 / math.sqrt(m.head_dim)
     p = call.weights._data[index].astype(np.float64)  # (H, Tq, Tk)
