@@ -2,8 +2,10 @@
 
 The block: q, k, v and output projections with bias, causal mask, gradients
 for the input and every weight, float32. Each (framework, shape) runs in its
-own subprocess with the same thread count, so the peak RSS reported is that
-case's alone. Times are medians over --reps repetitions after warm-up.
+own subprocess pinned to `threads` cores, with the same thread count, so the
+peak RSS reported is that case's alone. `tinygrad_attn_default` sets nothing
+(no `set_num_threads`, no thread variables): what a program that only imports
+the library gets on those cores. Times are medians over --reps repetitions after warm-up.
 
     python benchmarks/bench_attention.py --threads 1 2 4 8 16
     python benchmarks/bench_attention.py --shapes 32,32,64,4 --frameworks tinygrad_attn,torch_sdpa
@@ -20,7 +22,7 @@ import sys
 import time
 
 SHAPES = [(32, 32, 64, 4), (8, 256, 256, 8), (4, 1024, 512, 8), (1, 4096, 512, 8)]
-FRAMEWORKS = ["tinygrad_attn", "numpy", "torch_eager", "torch_sdpa"]
+FRAMEWORKS = ["tinygrad_attn", "tinygrad_attn_default", "numpy", "torch_eager", "torch_sdpa"]
 
 
 def make_inputs(b, t, e, seed=0):
@@ -40,7 +42,8 @@ def step_tinygrad_attn(b, t, e, h, threads):
 
     import tinygrad_attn as ta
 
-    ta.runtime.configure(threads)  # what the command line does: the pool on `threads` threads, BLAS on one, allocator
+    if threads is not None:  # what the command line does: `threads` threads, BLAS on one, the allocator setting
+        ta.runtime.configure(threads)  # (tinygrad_attn_default: nothing at all, as a program that only imports)
 
     x_np, weights, biases, grad_out = make_inputs(b, t, e)
     mha = ta.nn.MultiHeadAttention(e, h)
@@ -153,7 +156,7 @@ def run_case(framework, shape, threads, reps, warmup):
     elif framework == "numpy":
         step = step_numpy(b, t, e, h)
     else:
-        step = step_tinygrad_attn(b, t, e, h, threads)
+        step = step_tinygrad_attn(b, t, e, h, None if framework.endswith("_default") else threads)
     for _ in range(warmup):
         step()
     times = []
@@ -236,7 +239,8 @@ def run_thread_count(args, threads):
                     continue
                 case = json.dumps([framework, shape, reps])
                 command = pinned([sys.executable, __file__, "--threads", str(threads), "--case", case], threads)
-                proc = subprocess.run(command, capture_output=True, text=True, env=thread_env(threads))
+                env = dict(os.environ) if framework.endswith("_default") else thread_env(threads)  # default: only
+                proc = subprocess.run(command, capture_output=True, text=True, env=env)  # the pinned cores
                 if proc.returncode != 0:
                     print(f"  {framework} {shape} failed: {proc.stderr.strip().splitlines()[-1:]}")
                     continue

@@ -45,21 +45,21 @@ def sdpa_path(request):
         yield request.param
 
 
-WHERE_PARALLEL_WORK_RUNS = ["numba threads", "python pool"]
+ATTENTION_PRODUCTS = ["blas", "loops"]
 
 
-def share_work_among_threads(patch, n: int, where: str) -> None:
+def share_work_among_threads(patch, n: int, products: str = "blas") -> None:
     """With `patch` (a pytest MonkeyPatch): as after ta.set_num_threads(n), work is shared among n threads
-    however small it is, on numba's threads or (as where numba has no threading layer that several Python
-    threads may call) on the pool of Python threads."""
-    from tinygrad_attn.kernels import parallel
+    however small it is; with products="loops", attention's tile products are the compiled loops that run
+    where numpy's BLAS is not OpenBLAS."""
+    from tinygrad_attn.kernels import flash, parallel
 
-    patch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    patch.setattr(parallel, "MIN_ATTENTION_WORK", 0)
     patch.setattr(parallel, "MIN_ROWS_WORK", 0)
     patch.setattr(parallel, "blas_threads", lambda: 1)
     patch.setattr(parallel, "_num_threads", n)
-    if where == "python pool":
-        patch.setattr(parallel, "_numba_ready", lambda: False)
+    if products == "loops":
+        patch.setattr(flash, "gemm_for", lambda dtype: None)
 
 
 def products_on_numba_threads(patch) -> list:

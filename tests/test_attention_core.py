@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import WHERE_PARALLEL_WORK_RUNS, share_work_among_threads
+from conftest import ATTENTION_PRODUCTS, share_work_among_threads
 
 import tinygrad_attn as ta
 from tinygrad_attn import functional as F
@@ -132,12 +132,6 @@ def test_softmax_of_a_row_holding_plus_inf_is_nan_as_in_pytorch(dtype):
     np.testing.assert_allclose(F.softmax(T(x, False)).numpy(), torch.softmax(torch.tensor(x), -1).numpy(), rtol=1e-6)
 
 
-@pytest.fixture(params=WHERE_PARALLEL_WORK_RUNS)
-def parallel_mode(monkeypatch, request):
-    share_work_among_threads(monkeypatch, 2, request.param)
-    return request.param
-
-
 def _run_threads(targets, timeout):
     threads = [threading.Thread(target=t, daemon=True) for t in targets]
     for thread in threads:
@@ -147,7 +141,7 @@ def _run_threads(targets, timeout):
     assert not any(thread.is_alive() for thread in threads), "a thread hung"
 
 
-@pytest.mark.parametrize("mode", ["default", *WHERE_PARALLEL_WORK_RUNS])
+@pytest.mark.parametrize("mode", ["default", *ATTENTION_PRODUCTS])
 def test_attention_beside_numpy_matmuls_in_another_thread(monkeypatch, mode):
     if mode != "default":
         share_work_among_threads(monkeypatch, 2, mode)
@@ -183,7 +177,7 @@ def test_attention_beside_numpy_matmuls_in_another_thread(monkeypatch, mode):
     assert parallel.blas_threads() == blas_before  # no op changed BLAS's thread count
 
 
-@pytest.mark.parametrize("mode", ["default", *WHERE_PARALLEL_WORK_RUNS])
+@pytest.mark.parametrize("mode", ["default", *ATTENTION_PRODUCTS])
 def test_two_threads_running_multi_head_attention(monkeypatch, mode):
     if mode != "default":
         share_work_among_threads(monkeypatch, 2, mode)
@@ -214,7 +208,8 @@ def test_two_threads_running_multi_head_attention(monkeypatch, mode):
 
 
 def test_importing_changes_nothing_in_the_process():
-    """No environment variable set, no allocator setting, BLAS's thread count as it was."""
+    """No environment variable set, no allocator setting, BLAS's thread count as it was; the threads
+    start with the first op that uses them, without any call."""
     code = """
 import json, os
 from tinygrad_attn.kernels import parallel as p0  # noqa
@@ -223,16 +218,19 @@ import numpy as np
 blas = p0.blas_threads()
 import tinygrad_attn as ta
 from tinygrad_attn import functional as F
+pool_after_import = __import__("numba").np.ufunc.parallel._is_initialized
 x = ta.Tensor(np.ones((1, 2, 300, 8), np.float32), requires_grad=True)
 F.scaled_dot_product_attention(x, x, x, is_causal=True).sum().backward()
 print(json.dumps({"env_same": dict(os.environ) == before_env, "blas": [blas, p0.blas_threads()],
-                  "numba_pool": __import__("numba").np.ufunc.parallel._is_initialized}))
+                  "pool": [pool_after_import, __import__("numba").np.ufunc.parallel._is_initialized],
+                  "cpus": len(os.sched_getaffinity(0)), "safe": p0._safe_numba_layer()}))
 """
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY",) and not k.startswith("MALLOC_")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["env_same"] and result["blas"][0] == result["blas"][1]
-    assert not result["numba_pool"]  # no numba threading layer was started
+    assert not result["pool"][0]  # importing starts no threads
+    assert result["pool"][1] == (result["cpus"] > 1 and result["safe"])  # the op used the CPUs, unasked
 
 
 def test_row_kernels_on_numba_threads_leave_openmp_nesting_as_it_was():
@@ -274,7 +272,7 @@ def test_parallel_work_leaves_the_callers_numba_thread_count_as_it_was(monkeypat
 
     if not parallel._numba_ready():
         pytest.skip("numba has no threading layer that several Python threads may call here")
-    share_work_among_threads(monkeypatch, 2, "numba threads")
+    share_work_among_threads(monkeypatch, 2)
     rng = np.random.default_rng(0)
     x = ta.Tensor(rng.normal(size=(64, 32)), requires_grad=True)
     qkv = ta.Tensor(rng.normal(size=(2, 8, 3, 2, 4)), requires_grad=True)
@@ -309,61 +307,15 @@ def test_set_num_threads_errors():
 @pytest.mark.parametrize("cpus", [1, 2, 6])
 def test_set_num_threads_uses_at_most_the_cpus_it_may_run_on(monkeypatch, cpus):
     monkeypatch.setattr(parallel, "_num_threads", parallel._num_threads)  # restored afterwards
-    monkeypatch.setattr(parallel, "_set_blas_threads", lambda n: None)  # leave this process's BLAS alone
-    monkeypatch.setattr(parallel, "blas_threads", lambda: 1)
+    monkeypatch.setattr(parallel, "set_blas_threads", lambda n: None)  # leave this process's BLAS alone
+    monkeypatch.setattr(parallel, "_numba_ready", lambda: True)
     monkeypatch.setattr(parallel, "_available_cpus", lambda: cpus)
+    monkeypatch.setattr(parallel, "_num_threads", None)
+    assert ta.get_num_threads() == cpus  # by default: every CPU the process may run on
     for n in (1, cpus, cpus + 1, 4 * cpus):
         ta.set_num_threads(n)
         assert ta.get_num_threads() == min(n, cpus)
-        assert parallel.threads_for(float("inf"), 100) == min(n, cpus)  # what the pool and numba are given
-
-
-def test_parallel_for_raises_a_worker_error_after_all_slices(parallel_mode):
-    done = []
-
-    def task(s):
-        done.append(s)
-        if s.start == 0:
-            raise KeyError("boom")
-
-    with pytest.raises(KeyError, match="boom"):
-        parallel.parallel_for(task, 10, 1e9)
-    assert sorted(x.start for x in done) == [0, 5]
-
-
-def test_parallel_work_runs_on_numba_threads_where_it_can(parallel_mode):
-    """One set of threads for all parallel work: parallel_for's slices run on numba's threads (ctypes names
-    them Dummy-N), unless numba has no safe threading layer; then on the pool's threads."""
-    ran, lock = [], threading.Lock()
-
-    def task(s):
-        time.sleep(0.05)  # every slice is running before any ends, so none shares a thread with another
-        with lock:
-            ran.append((s.start, threading.get_ident(), threading.current_thread().name))
-
-    parallel.parallel_for(task, 2, 1e9)
-    assert sorted(start for start, _, _ in ran) == [0, 1] and len({ident for _, ident, _ in ran}) == 2
-    on_pool = [name.startswith("tinygrad_attn") for _, _, name in ran]
-    if parallel_mode == "python pool" or not parallel._numba_ready():
-        assert on_pool.count(True) == 1  # the calling thread takes a share itself
-    else:
-        assert not any(on_pool)
-
-
-def test_parallel_each_runs_every_item_once_on_the_threads_that_are_free(parallel_mode):
-    """Items are claimed one at a time: a thread held up by a long item leaves the rest to the others."""
-    ran, lock = [], threading.Lock()
-
-    def run(item):
-        if item == 0:
-            time.sleep(0.2)  # the first (largest) item: the other thread takes everything else meanwhile
-        with lock:
-            ran.append((item, threading.get_ident()))
-
-    parallel.parallel_each(run, list(range(20)), 1e9)
-    assert sorted(item for item, _ in ran) == list(range(20))
-    slow_thread = next(ident for item, ident in ran if item == 0)
-    assert [item for item, ident in ran if ident == slow_thread] == [0]
+        assert parallel.threads_for(float("inf")) == min(n, cpus)  # what numba's prange is given
 
 
 def _nan_patterns(kernel, q, k, v, mask, causal):
@@ -397,3 +349,40 @@ def test_nan_reaches_the_same_entries_on_both_paths(t, masking):
                 np.testing.assert_array_equal(m, f, err_msg=f"{name}, NaN in {'qkv'[trial % 3]}")
             else:
                 assert not (f & ~m).any(), f"{name}: the flash path has NaN where the math path has none"
+
+
+def test_no_python_runs_inside_attentions_parallel_work(monkeypatch):
+    """Attention's parts on numba's threads need no GIL: the calling thread holds it all along (a long
+    switch interval keeps it from being handed over) while the parts run to the end. A part that ran
+    Python (a callback into the interpreter) would wait for the GIL until the deadline."""
+    from tinygrad_attn.kernels import flash, layout
+
+    if not parallel._numba_ready():
+        pytest.skip("numba has no threading layer that several Python threads may call here")
+    share_work_among_threads(monkeypatch, 2)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(1, 4, 1024, 32)).astype(np.float32) for _ in range(3))
+    tile = layout.tile_shape(1024, 1024, 32)
+    plan = layout.forward_plan(4, 1024, 1024, True, tile, 2)
+    out, lse = np.empty_like(q), np.full((1, 4, 1024), np.nan, np.float32)
+    args = (q, k, v, np.zeros((1, 1, 1, 1), np.float32), False, np.float32(0.2), True, *tile, out, lse,
+            flash.gemm_for(q.dtype), *plan)
+    kernel = parallel.any_layout(flash._forward_parallel)
+    kernel(*args)  # compiled before the clock starts
+    lse[...] = np.nan
+    started, done = threading.Event(), []
+    worker = threading.Thread(target=lambda: (started.set(), kernel(*args), done.append(1)), daemon=True)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(100.0)
+    try:
+        worker.start()
+        started.wait()
+        deadline, flat = time.perf_counter() + 20, lse.reshape(-1)
+        while time.perf_counter() < deadline and any(flat[i] != flat[i] for i in range(flat.size)):
+            pass  # pure Python: this thread keeps the GIL
+        filled = not any(flat[i] != flat[i] for i in range(flat.size))
+    finally:
+        sys.setswitchinterval(interval)
+    worker.join(60)
+    assert filled and done
+    np.testing.assert_allclose(out, flash.attention_reference(q, k, v, 0.2, True, None), rtol=1e-4, atol=1e-5)

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import WHERE_PARALLEL_WORK_RUNS, products_on_numba_threads, shapes, share_work_among_threads
+from conftest import ATTENTION_PRODUCTS, products_on_numba_threads, shapes, share_work_among_threads
 from hypothesis import given
 from hypothesis import strategies as st
 from numba import njit
@@ -196,6 +196,13 @@ def _view(rng, shape, dtype, how):
     return rng.normal(size=shape).astype(dtype)
 
 
+def _blas_can_read(x, how):
+    """Whether BLAS reads a view made by _view where it lies: reversed rows only when there is one row,
+    every other column only when there is one column."""
+    return how in ("row-major", "transposed") or (how == "reversed" and x.shape[0] <= 1) or (
+        how == "strided" and x.shape[1] <= 1)
+
+
 LAYOUTS = st.sampled_from(["row-major", "transposed", "reversed", "strided"])
 
 
@@ -211,7 +218,7 @@ def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, n, k, m, a_ho
         calls = products_on_numba_threads(mp)
         got = parallel.row_split_matmul(a, b)
     np.testing.assert_allclose(got, a @ b, **tol(dtype))
-    describable = all(h in ("row-major", "transposed") for h in (a_how, b_how)) and min(n, k, m) > 0
+    describable = all(_blas_can_read(x, h) for x, h in ((a, a_how), (b, b_how))) and min(n, k, m) > 0
     if n > 1 and describable and parallel._safe_numba_layer() and parallel.gemm_for(np.dtype(dtype)) is not None:
         assert calls
     if not describable:
@@ -226,17 +233,13 @@ def test_products_on_numba_threads_refuse_mismatched_shapes(monkeypatch):
         parallel.row_split_matmul(a, b)
 
 
-@pytest.fixture(params=WHERE_PARALLEL_WORK_RUNS)
+@pytest.fixture(params=ATTENTION_PRODUCTS)
 def small_blocks(monkeypatch, request):
-    """Tiles of 4 queries (2 under the causal mask) x 3 keys, 4 x 6 from 6 queries on, 8 x 6 from 8, in chunks
-    of 2 groups, so short sequences cross many tile borders, with the work shared among 3 threads however
-    small it is (on each of the places parallel work runs)."""
+    """Tiles of at most 4 queries x 3 keys, so short sequences cross many tile borders, with the work shared
+    among 3 threads however small it is; the tile products through BLAS or the compiled loops."""
     share_work_among_threads(monkeypatch, 3, request.param)
-    monkeypatch.setattr(layout, "BLOCK_Q", 4)
-    monkeypatch.setattr(layout, "BLOCK_K", 3)
-    monkeypatch.setattr(layout, "SHORT_QUERIES", 6)
-    monkeypatch.setattr(layout, "LONG_QUERIES", 8)
-    monkeypatch.setattr(layout, "TILE_BYTES", 2 * 4 * 3 * 8)
+    monkeypatch.setattr(layout, "MAX_ROWS", 4)
+    monkeypatch.setattr(layout, "MAX_KEYS", 3)
 
 
 def _random_mask(rng, kind, lead, tq, tk, dtype):
@@ -276,25 +279,21 @@ def test_flash_attention_backward_gradcheck(small_blocks, kind, tq, tk, causal, 
     assert ta.gradcheck(attend, [q, k, v])
 
 
-@pytest.fixture(params=WHERE_PARALLEL_WORK_RUNS)
-def one_tile_calls(monkeypatch, request):
-    """Default tiles, so short sequences fit one tile and take small.py's compiled steps, with the groups
-    shared among 3 threads (on each of the places parallel work runs); the list records each such call."""
+@pytest.fixture(params=ATTENTION_PRODUCTS)
+def default_tiles(monkeypatch, request):
+    """The default tiles, so short sequences fit one tile (the toy tasks' case), with the groups shared
+    among 3 threads however small the work; the tile products through BLAS or the compiled loops."""
     share_work_among_threads(monkeypatch, 3, request.param)
-    calls, real = [], flash.one_tile_forward
-    monkeypatch.setattr(flash, "one_tile_forward", lambda *args: calls.append(1) or real(*args))
-    return calls
 
 
 @pytest.mark.parametrize("kind", ["none", "bool", "float"])
 @given(tq=st.integers(0, 9), tk=st.integers(0, 9), d=st.integers(1, 4), causal=st.booleans(), packed=st.booleans(),
        seed=st.integers(0, 2**16))
-def test_one_tile_path_matches_reference_and_gradchecks(one_tile_calls, kind, tq, tk, d, causal, packed, seed):
-    """small.py against the dense reference, and gradcheck in float64, with masks (a fully masked row
+def test_one_tile_per_group_matches_reference_and_gradchecks(default_tiles, kind, tq, tk, d, causal, packed, seed):
+    """Groups of one tile against the dense reference, and gradcheck in float64, with masks (a fully masked row
     among them), on separate q, k, v and on heads split from a packed qkv (strided groups, the gradient
     written into one packed array)."""
     rng = np.random.default_rng(seed)
-    calls_before = len(one_tile_calls)
     if packed:
         tk = tq
         qkv = ta.Tensor(rng.normal(size=(2, tq, 3, 3, d)), requires_grad=True)  # (B, T, 3, H, d)
@@ -312,12 +311,11 @@ def test_one_tile_path_matches_reference_and_gradchecks(one_tile_calls, kind, tq
     expected = flash.attention_reference(q, k, v, 1 / math.sqrt(d), causal, bias)
     np.testing.assert_allclose(out.swapaxes(1, 2) if packed else out, expected, **tol(np.float64))
     assert ta.gradcheck(attend, inputs)
-    assert len(one_tile_calls) > calls_before or min(tq, tk) == 0
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_one_tile_path_carries_a_nan_to_the_rows_that_see_it(one_tile_calls, dtype):
-    """As test_flash_attention_carries_a_nan_to_the_rows_that_see_it, on small.py's path."""
+def test_one_tile_per_group_carries_a_nan_to_the_rows_that_see_it(default_tiles, dtype):
+    """As test_flash_attention_carries_a_nan_to_the_rows_that_see_it, with every group one tile."""
     rng = np.random.default_rng(0)
     tq = 7
     q, k, v = (rng.normal(size=(1, 2, tq, 4)).astype(dtype) for _ in range(3))
@@ -327,7 +325,6 @@ def test_one_tile_path_carries_a_nan_to_the_rows_that_see_it(one_tile_calls, dty
     rows_nan = np.isnan(out).any(axis=-1)
     np.testing.assert_array_equal(rows_nan[0, 0], np.arange(tq) == tq - 1)
     np.testing.assert_array_equal(rows_nan[0, 1], np.arange(tq) >= 3)
-    assert one_tile_calls
 
 
 @given(t=st.integers(1, 12), seed=st.integers(0, 2**16))
@@ -409,53 +406,63 @@ def test_row_max_is_numpy_max_of_the_prefix(dtype, bk, seed):
     """Every prefix length of rows holding -inf (masked scores) and NaN, from a start of -inf or a finite
     running max; a NaN anywhere in the prefix or the start makes the max NaN, as np.max does."""
     rng = np.random.default_rng(seed)
-    scores = rng.normal(size=(2, 3, bk)).astype(dtype)
+    scores = rng.normal(size=(3, bk)).astype(dtype)
     scores[rng.random(scores.shape) < 0.2] = -np.inf
-    scores[0, 1, rng.integers(bk)] = np.nan
-    for g, i, limit in [(g, i, limit) for g in range(2) for i in range(3) for limit in range(bk + 1)]:
+    scores[1, rng.integers(bk)] = np.nan
+    for i, limit in [(i, limit) for i in range(3) for limit in range(bk + 1)]:
         for start in (-np.inf, 0.5, np.nan):
-            got = tiles.row_max(scores, g, i, limit, dtype(start))
-            want = np.max(np.concatenate([[start], scores[g, i, :limit]]).astype(dtype))
+            got = tiles.row_max(scores, i, limit, dtype(start))
+            want = np.max(np.concatenate([[start], scores[i, :limit]]).astype(dtype))
             np.testing.assert_array_equal(got, want)
 
 
 def _tile_probs_reference(scores, q_start, k_start, causal, shift=None):
     """Each row's visible prefix (the causal rule of tiles.visible_keys): P = softmax, or exp(S - shift) given
     the row's lse; 0 where hidden or where nothing is seen. Returns P and each row's max."""
-    groups, bq, bk = scores.shape
-    probs, maxima = np.zeros_like(scores), np.full((groups, bq), -np.inf, scores.dtype)
-    for g, i in np.ndindex(groups, bq):
+    bq, bk = scores.shape
+    probs, maxima = np.zeros_like(scores), np.full(bq, -np.inf, scores.dtype)
+    for i in range(bq):
         limit = max(min(bk, q_start + i - k_start + 1), 0) if causal else bk
-        row = scores[g, i, :limit]
+        row = scores[i, :limit]
         m = np.max(row, initial=-np.inf)
-        s = m if shift is None else shift[g, i]
-        maxima[g, i] = m
+        s = m if shift is None else shift[i]
+        maxima[i] = m
         if limit and s != -np.inf:
             e = np.exp(row - s)
-            probs[g, i, :limit] = e if shift is not None else e / e.sum()
+            probs[i, :limit] = e if shift is not None else e / e.sum()
     return probs, maxima
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("keys", [(1, tiles.SHORT_ROW), (tiles.SHORT_ROW + 1, tiles.SHORT_ROW + 20)])
+@pytest.mark.parametrize("keys", [(2, tiles.SHORT_ROW), (tiles.SHORT_ROW + 1, tiles.SHORT_ROW + 20)])
 @given(data=st.data(), bq=st.integers(1, 5), starts=st.sampled_from([(0, 0), (3, 0), (0, 2), (70, 5)]),
        causal=st.booleans(), seed=st.integers(0, 2**16))
-def test_tile_softmax_and_probs_match_numpy_on_short_and_long_rows(dtype, keys, data, bq, starts, causal, seed):
-    """softmax_tile and probs_from_lse against numpy on rows either side of SHORT_ROW (one exp over the whole
-    tile below it, one per row above), with masked (-inf) scores, a row with nothing visible, and a NaN."""
+def test_online_softmax_and_probs_match_numpy_on_short_and_long_rows(dtype, keys, data, bq, starts, causal, seed):
+    """online_softmax over a row's keys in one tile and in two, and probs_from_lse, against numpy on rows
+    either side of SHORT_ROW (one exp over the whole tile below it, one per row above), with masked (-inf)
+    scores, a row with nothing visible, and a NaN."""
     bk = data.draw(st.integers(*keys))
     rng = np.random.default_rng(seed)
-    scores = (3 * rng.normal(size=(3, bq, bk))).astype(dtype)
+    scores = (3 * rng.normal(size=(bq, bk))).astype(dtype)
     scores[rng.random(scores.shape) < 0.2] = -np.inf
-    scores[1, 0] = -np.inf  # nothing to attend to
-    scores[2, bq - 1, rng.integers(bk)] = np.nan  # NaN in the row when it is visible
+    scores[0] = -np.inf  # nothing to attend to
+    scores[bq - 1, rng.integers(bk)] = np.nan  # NaN in the row when it is visible
     want, want_max = _tile_probs_reference(scores, *starts, causal)
-    got, maxima, sums = scores.copy(), np.empty((3, bq), dtype), np.empty((3, bq), dtype)
-    tiles.softmax_tile(got, maxima, sums, *starts, causal)
-    np.testing.assert_allclose(got, want, **tol(dtype))
-    np.testing.assert_array_equal(maxima, want_max)
+    got, m, l, alpha = scores.copy(), np.full(bq, -np.inf, dtype), np.zeros(bq, dtype), np.empty(bq, dtype)
+    tiles.online_softmax(got, m, l, alpha, *starts, causal)  # from nothing seen: P = exp(S - m), l its sum
     with np.errstate(divide="ignore", invalid="ignore"):
-        lse = np.where(sums > 0, maxima + np.log(sums), np.where(np.isnan(sums), np.nan, -np.inf)).astype(dtype)
+        np.testing.assert_allclose(np.where(got != 0, got / l[:, None], got), want, **tol(dtype))
+        lse = np.where(l > 0, m + np.log(l), np.where(np.isnan(l), np.nan, -np.inf)).astype(dtype)
+    np.testing.assert_array_equal(m, want_max)
+    half = bk // 2  # the same row in two key tiles: the running max and sum end where one tile's do
+    m2, l2 = np.full(bq, -np.inf, dtype), np.zeros(bq, dtype)
+    first, second = scores[:, :half].copy(), scores[:, half:].copy()
+    tiles.online_softmax(first, m2, l2, alpha, starts[0], starts[1], causal)
+    tiles.online_softmax(second, m2, l2, alpha, starts[0], starts[1] + half, causal)
+    np.testing.assert_array_equal(m2, m)
+    np.testing.assert_allclose(l2, l, **tol(dtype))
+    seen = np.isfinite(m)  # the first tile's P rescaled by alpha is P under the final max (NaN rows: NaN anyway)
+    np.testing.assert_allclose((first * alpha[:, None])[seen], got[seen, :half], **tol(dtype))
     want_p, _ = _tile_probs_reference(scores, *starts, causal, shift=lse)
     got_p = scores.copy()
     tiles.probs_from_lse(got_p, lse, *starts, causal)
@@ -510,80 +517,65 @@ def test_packed_self_attention_rejects_other_shapes():
         F.packed_self_attention(ta.Tensor(np.zeros((2, 5, 2, 4))))
 
 
-@pytest.mark.parametrize("copied_first", [False, True])
-def test_transposed_heads_in_place_or_copied_first(monkeypatch, copied_first):
-    """k split into heads, (B, H, T, d) strided, to scale * k^T contiguous, gathered in place or from a copy."""
-    monkeypatch.setattr(layout, "STRIDED_TRANSPOSE_BYTES", 0 if copied_first else 1 << 30)
-    k = np.random.default_rng(0).normal(size=(2, 7, 3, 5)).astype(np.float32).transpose(0, 2, 1, 3)
-    got = layout.transposed(k, 0.5, np.empty((2, 3, 5, 7), np.float32))
-    assert got.flags.c_contiguous and got.dtype == np.float32
-    np.testing.assert_array_equal(got, np.float32(0.5) * k.swapaxes(-1, -2))
-
-
-@given(n_outer=st.integers(1, 5), n_inner=st.integers(1, 6), tq=st.integers(1, 9), tk=st.integers(1, 9),
-       tile_bytes=st.integers(1, 400), min_chunks=st.integers(1, 40))
-def test_group_chunks_cover_each_group_once(monkeypatch, n_outer, n_inner, tq, tk, tile_bytes, min_chunks):
-    monkeypatch.setattr(layout, "TILE_BYTES", tile_bytes)
-    groups = n_outer * n_inner
-    size = max(1, min(tile_bytes // (tq * tk * 4), -(-groups // min_chunks)))  # no chunk above a thread's share
-    chunks = layout.group_chunks((n_outer, n_inner, tq, tk), (16, 16), 4, min_chunks)
-    covered = []
-    for ps, hs in chunks:
-        assert (ps.stop - ps.start) * (hs.stop - hs.start) <= size
-        covered += [p * n_inner + h for p in range(ps.start, ps.stop) for h in range(hs.start, hs.stop)]
-    assert covered == list(range(groups))
-
-
-def _key_range_work(tq, causal, tile, keys):
-    """Score entries the backward computes for a key range: every query block's tiles within it."""
-    return sum((rows.stop - rows.start) * (cols.stop - cols.start)
-               for rows in layout.query_blocks(tq, tile) for cols, _ in layout.key_tiles(rows, keys.stop, causal, tile,
-                                                                                          keys))
-
-
 @given(tq=st.integers(0, 40), tk=st.integers(0, 40), bq=st.integers(1, 8), bk=st.integers(1, 8),
        causal=st.booleans(), n=st.integers(1, 6))
 def test_key_ranges_cover_the_keys_in_whole_tiles_with_about_equal_work(tq, tk, bq, bk, causal, n):
     tile = (bq, bk)
-    ranges = layout.key_ranges(tq, tk, causal, tile, n)
-    assert len(ranges) <= n and [i for r in ranges for i in range(r.start, r.stop)] == list(range(tk))
-    assert all(r.start % bk == 0 for r in ranges)
-    assert len(ranges) == min(n, -(-tk // bk))  # as many ranges as threads, where there are tiles enough
-    work = [_key_range_work(tq, causal, tile, r) for r in ranges]
-    heaviest_tile = max((_key_range_work(tq, causal, tile, slice(c, min(c + bk, tk))) for c in range(0, tk, bk)),
-                        default=0)
-    assert all(w <= sum(work) / max(len(ranges), 1) + heaviest_tile for w in work)  # no range a tile over its share
+    edges = layout.key_ranges(tq, tk, causal, tile, n)
+    ranges = list(zip(edges[:-1], edges[1:]))
+    assert 1 <= len(ranges) <= max(1, min(n, -(-tk // bk))) and edges[0] == 0 and edges[-1] == tk
+    assert all(lo < hi for lo, hi in ranges) or tk == 0
+    assert all(lo % bk == 0 for lo, _ in ranges)
+    work = [_backward_work(tq, tk, causal, tile, lo, hi) for lo, hi in ranges]
+    heaviest_tile = max((_backward_work(tq, tk, causal, tile, c, min(c + bk, tk)) for c in range(0, tk, bk)), default=0)
+    assert all(w <= sum(work) / len(ranges) + heaviest_tile for w in work)  # no range a tile over its share
 
 
-def _busiest_thread_share(items: list[float], n: int) -> float:
-    """Each item goes to whichever of n threads is free first, in order: the busiest one's work / an even share."""
-    loads = [0.0] * n
-    for work in items:
-        loads[loads.index(min(loads))] += work
-    return max(loads) * n / sum(items)
+def _forward_work(tq, tk, causal, tile, block):
+    """Score entries the forward computes for one query block: its rows times the keys of every tile it
+    visits (flash.attend_query_blocks's loops, counted)."""
+    r0, r1 = block * tile[0], min(block * tile[0] + tile[0], tq)
+    key_stop = min(tk, r1) if causal else tk
+    return sum((r1 - r0) * (min(c0 + tile[1], key_stop) - c0) for c0 in range(0, key_stop, tile[1]))
 
 
-@pytest.mark.parametrize("b, t, heads", [(8, 256, 8), (4, 1024, 8), (1, 4096, 8)])
-@pytest.mark.parametrize("n", [2, 4, 8, 16])
-def test_attention_work_is_shared_evenly_among_many_threads(b, t, heads, n):
-    """The items flash.py makes for n threads (chunks, query blocks, key ranges), with the tile areas each one
-    computes under the causal mask: no thread carries more than 1.2 times an even share."""
-    tile, grid = layout.tile_shape(t, True), (b, heads, t, t)
-    size = lambda c: (c[0].stop - c[0].start) * (c[1].stop - c[1].start)  # noqa: E731  (groups in a chunk)
-    _, items = layout.forward_items(grid, tile, 4, n)
-    forward = [size(groups) * sum((rows.stop - rows.start) * (cols.stop - cols.start)
-                                  for cols, _ in layout.key_tiles(rows, t, True, tile)) for groups, rows in items]
-    _, ranges, items = layout.backward_items(grid, tile, 4, n, True)
-    backward = [size(groups) * _key_range_work(t, True, tile, ranges[r]) for groups, r in items]
-    assert _busiest_thread_share(forward, n) <= 1.2 and _busiest_thread_share(backward, n) <= 1.2
+def _backward_work(tq, tk, causal, tile, lo, hi):
+    """Score entries the backward computes for the keys [lo, hi) (flash.backward_key_ranges's loops, counted)."""
+    first = lambda c0: (c0 // tile[0]) * tile[0] if causal else 0  # noqa: E731  (the block holding key c0)
+    return sum((min(r0 + tile[0], tq) - r0) * (min(c0 + tile[1], tk) - c0)
+               for c0 in range(lo, hi, tile[1]) for r0 in range(first(c0), tq, tile[0]))
 
 
-def test_attention_on_one_thread_keeps_chunks_as_the_cache_sizes_them():
-    """Cutting chunks finer pays only for threads: on one, each numpy call keeps covering as many groups."""
-    for grid in [(32, 4, 32, 32), (8, 8, 256, 256), (1, 8, 4096, 4096)]:
-        tile = layout.tile_shape(grid[2], True)
-        assert layout.forward_items(grid, tile, 4, 1)[0] == layout.group_chunks(grid, tile, 4)
-        assert layout.backward_items(grid, tile, 4, 1, True)[0] == layout.group_chunks(grid, tile, 4)
+# (groups = batch x heads, T, d): the four shapes of benchmarks/bench_attention.py, then the toy tasks'.
+PLAN_SHAPES = [(32 * 4, 32, 16), (8 * 8, 256, 32), (4 * 8, 1024, 64), (1 * 8, 4096, 64),
+               (64 * 4, 16, 16), (32 * 4, 32, 16), (8 * 8, 64, 32)]
+
+
+@pytest.mark.parametrize("groups, t, d", PLAN_SHAPES)
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 16, 32])
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_work_is_shared_evenly_among_many_threads(groups, t, d, n, causal):
+    """The work plans for n threads: every item once, and no thread with more than 1.15 times the mean
+    work, counted from the kernels' own loops, in the forward and the backward."""
+    tile = layout.tile_shape(t, t, d)
+    bounds, items = layout.forward_plan(groups, t, t, causal, tile, n)
+    assert sorted(items) == list(range(groups * -(-t // tile[0]))) and len(bounds) - 1 == min(n, len(items))
+    blocks = -(-t // tile[0])
+    loads = [sum(_forward_work(t, t, causal, tile, i % blocks) for i in items[a:b]) for a, b in zip(bounds, bounds[1:])]
+    assert max(loads) <= 1.15 * np.mean(loads)
+    edges, (bounds, items) = layout.backward_plan(groups, t, t, causal, tile, n)
+    ranges = len(edges) - 1
+    assert sorted(items) == list(range(groups * ranges))
+    loads = [sum(_backward_work(t, t, causal, tile, edges[i % ranges], edges[i % ranges + 1]) for i in items[a:b])
+             for a, b in zip(bounds, bounds[1:])]
+    assert max(loads) <= 1.15 * np.mean(loads)
+
+
+@given(work=st.lists(st.integers(0, 100), max_size=60), n=st.integers(1, 40))
+def test_share_out_gives_every_item_to_one_thread(work, n):
+    bounds, items = layout.share_out(np.array(work, np.int64), n)
+    assert sorted(items) == list(range(len(work))) and bounds[0] == 0 and bounds[-1] == len(work)
+    assert len(bounds) - 1 == max(1, min(n, len(work))) and all(np.diff(bounds) >= 0)
 
 
 def test_flash_attention_keeps_memory_per_tile():

@@ -21,9 +21,10 @@ import numpy as np
 from . import rng
 from .engine import Function, ScopedSetting
 from .kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
-from .kernels.flash import as_group_grid, flash_attention_backward, flash_attention_forward, grid_bias
+from .kernels.flash import flash_attention_backward, flash_attention_forward
 from .kernels.gelu import gelu_backward, gelu_forward
 from .kernels.layernorm import layer_norm_backward, layer_norm_forward
+from .kernels.layout import as_group_grid, grid_bias
 from .masks import causal_mask
 from .memory import check_fits
 from .ops import (
@@ -222,24 +223,24 @@ class FlashAttention(Function):
     def forward(ctx, *inputs, scale, causal, bias):
         q, k, v, lead = _heads(inputs)  # (P, Q, T, d) grids, views where the strides allow
         grid_mask = grid_bias(bias, lead)
-        out, lse, kt = flash_attention_forward(q, k, v, scale, causal, grid_mask)
-        ctx.save_for_backward(q, k, v, out, lse, kt, grid_mask)
+        out, lse = flash_attention_forward(q, k, v, scale, causal, grid_mask)
+        ctx.save_for_backward(q, k, v, out, lse, grid_mask)
         ctx.scale, ctx.causal, ctx.lead = scale, causal, lead
         out = out.reshape(lead + out.shape[2:])  # (..., Tq, dv)
         return np.swapaxes(out, -3, -2) if len(inputs) == 1 else out  # packed: (..., T, H, d)
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, out, lse, kt, grid_mask = ctx.saved_tensors
+        q, k, v, out, lse, grid_mask = ctx.saved_tensors
         packed = len(ctx.inputs) == 1
         grad = as_group_grid(np.swapaxes(grad, -3, -2) if packed else grad)  # (P, Q, Tq, dv)
         if not packed:
-            grads = flash_attention_backward(grad, q, k, v, out, lse, kt, ctx.scale, ctx.causal, grid_mask)
+            grads = flash_attention_backward(grad, q, k, v, out, lse, ctx.scale, ctx.causal, grid_mask)
             return tuple(d.reshape(ctx.lead + d.shape[2:]) for d in grads)  # (..., T, d) each
         grad_qkv = np.zeros(ctx.inputs[0].shape, grad.dtype)  # (..., T, 3, H, d): the three written in place
         *targets, _ = _heads((grad_qkv,))
         in_place = all(np.may_share_memory(t, grad_qkv) for t in targets)  # not when the grid had to be copied
-        grads = flash_attention_backward(grad, q, k, v, out, lse, kt, ctx.scale, ctx.causal, grid_mask,
+        grads = flash_attention_backward(grad, q, k, v, out, lse, ctx.scale, ctx.causal, grid_mask,
                                          grads=targets if in_place else None)
         if not in_place:
             for i, d in enumerate(grads):

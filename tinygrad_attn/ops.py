@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .engine import Context, Function, Node, _short, device
+from .kernels.parallel import row_split_matmul
 from .kernels.relu import relu_backward, relu_forward
 from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
 from .memory import check_fits
@@ -464,16 +465,16 @@ class MatMul(Function):
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
-        if a.ndim > 2 and b.ndim == 2:  # (..., n, k) @ (k, m): one GEMM over all rows
-            return (rows_of(a) @ b).reshape(a.shape[:-1] + b.shape[-1:])
+        if a.ndim >= 2 and b.ndim == 2:  # (..., n, k) @ (k, m): one GEMM over all rows, cut as Linear's are
+            return row_split_matmul(rows_of(a), b).reshape(a.shape[:-1] + b.shape[-1:])
         return a @ _right_operand(b)
 
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
-        if a.ndim > 2 and b.ndim == 2:  # a Linear layer's case: rows of a and grad folded together
+        if a.ndim >= 2 and b.ndim == 2:  # a Linear layer's case: rows of a and grad folded together
             a_rows, g_rows = rows_of(a), rows_of(grad)  # (N, k), (N, m)
-            return (g_rows @ b.T).reshape(a.shape), a_rows.T @ g_rows  # dA = dC B^T, dB = A^T dC
+            return row_split_matmul(g_rows, b.T).reshape(a.shape), row_split_matmul(a_rows.T, g_rows)  # dA, dB
         a2 = a[None, :] if a.ndim == 1 else a  # (..., n, k)
         b2 = b[:, None] if b.ndim == 1 else b  # (..., k, m)
         g2 = grad

@@ -2,14 +2,11 @@
 
 Every kernel is a module-level `@njit(cache=True, nogil=True)` function, so
 the compiled code is cached on disk and reused by the next process, and
-several threads can run it at once. Matrix products are left to numpy's
-BLAS. All parallel work runs on numba's threads (parallel.py): row kernels and
-the row blocks of a large product (each a call to numpy's BLAS, blas.py) as
-`prange` loops, attention on groups that fit one tile as a `prange` over the
-groups (small.py), its larger items through a `prange` that calls back into
-Python; it is shared out only after `set_num_threads` (with numpy's BLAS on one
-thread), and on a pool of Python threads where numba has no threading layer
-that several callers may share.
+several threads can run it at once. All parallel work is one mechanism
+(parallel.py): a compiled `prange` over independent items (row ranges of a row
+kernel, row blocks of a large product, attention's (group, query block) and
+(group, key range) items), with no Python inside. Products inside compiled
+code call numpy's own BLAS through blas.py's `matmul_into`.
 """
 
 # Reassociation and contraction let LLVM vectorise reductions.

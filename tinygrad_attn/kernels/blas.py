@@ -1,68 +1,152 @@
-"""A matrix product whose row blocks run on numba's threads, each block one call to numpy's own BLAS.
+"""numpy's own BLAS, called from compiled code: `matmul_into(a, b, out, alpha, beta, gemm)` is
+out <- alpha a b + beta out on 2-D views, as BLAS's `?gemm` writes it.
 
-All parallel work runs on numba's threads (parallel.py), and a `prange`
-launch costs a few microseconds. So the product's rows are cut into parts
-inside a `prange`, and each part calls `?gemm` of the OpenBLAS that numpy
-loaded, through the ctypes
-function passed in (a first-class function argument: the compiled kernel is
-cached on disk like the others, and the function's address is only known at
-run time). Only the 64-bit-integer interface of numpy's wheels is used
-(`scipy_cblas_?gemm64_`, `cblas_?gemm64_`); without it, products go through `parallel_for`.
+The OpenBLAS that numpy's wheels ship is looked up the first time it is asked for (`gemm_for`,
+`blas_threads`), never at import. Its `?gemm` is passed to compiled kernels as an argument (a ctypes
+function, so the kernels are cached on disk like the others: its address is only known at run time).
+Only the 64-bit-integer interface of numpy's wheels is used (`scipy_cblas_?gemm64_`, `cblas_?gemm64_`);
+with another BLAS, `gemm` is None and the same kernels compile with a loop product instead. Without
+numba (NUMBA_DISABLE_JIT=1), `matmul_into`'s plain definition runs: numpy's `@`.
+
+OpenBLAS runs a product on one thread when m n k <= 2^18 (`ONE_THREAD_PRODUCT`), whatever its thread
+count: the tiles of flash attention are sized under that, so that many threads may call it at once.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import glob
+import os
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from .vector import part_rows
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS enum values
-_NAMES = {np.dtype(np.float32): ("scipy_cblas_sgemm64_", "cblas_sgemm64_"),
-          np.dtype(np.float64): ("scipy_cblas_dgemm64_", "cblas_dgemm64_")}
+ONE_THREAD_PRODUCT = 1 << 18  # OpenBLAS's threshold (65536 x GEMM_MULTITHREAD_THRESHOLD 4) for threaded gemm
+_GEMM_NAMES = {np.dtype(np.float32): ("scipy_cblas_sgemm64_", "cblas_sgemm64_"),
+               np.dtype(np.float64): ("scipy_cblas_dgemm64_", "cblas_dgemm64_")}
+_GET_THREADS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads")
+_SET_THREADS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads")
 
 
-def find_gemm(library: ctypes.CDLL | None, dtype: np.dtype):
-    """The library's `?gemm` for `dtype` as a typed ctypes function, or None."""
-    names = _NAMES.get(np.dtype(dtype), ())
+@functools.cache
+def openblas() -> ctypes.CDLL | None:
+    """The OpenBLAS that numpy loaded, if any (wheels ship it beside numpy), looked up once."""
+    folders = [os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs"), os.path.dirname(np.__file__)]
+    for folder in folders:
+        for path in sorted(glob.glob(os.path.join(folder, "*openblas*"))):
+            try:
+                return ctypes.CDLL(path)
+            except OSError:
+                continue
+    return None
+
+
+def _function(names: tuple[str, ...], argtypes: list, restype):
+    library = openblas()
     for name in names:
         function = getattr(library, name, None) if library is not None else None
         if function is not None:
-            real = ctypes.c_float if np.dtype(dtype) == np.float32 else ctypes.c_double
-            i64 = ctypes.c_int64  # the pointers too: numba passes them as addresses, the same in the 64-bit ABI
-            function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, i64, i64, i64, real, i64, i64,
-                                 i64, i64, real, i64, i64]
-            function.restype = None
+            function.argtypes, function.restype = argtypes, restype
             return function
     return None
 
 
-def blas_operand(a: np.ndarray) -> tuple[int, int] | None:
-    """(transpose flag, leading dimension) that describe a 2-D view to BLAS, or None if no flag can.
+@functools.cache
+def gemm_for(dtype: np.dtype):
+    """numpy's BLAS `?gemm` for dtype as a ctypes function compiled kernels can call, or None."""
+    dtype = np.dtype(dtype)
+    real = ctypes.c_float if dtype == np.float32 else ctypes.c_double
+    i64 = ctypes.c_int64  # the pointers too: numba passes them as addresses, the same in the 64-bit ABI
+    return _function(_GEMM_NAMES.get(dtype, ()), [ctypes.c_int, ctypes.c_int, ctypes.c_int, i64, i64, i64, real, i64,
+                                                  i64, i64, i64, real, i64, i64], None)
 
-    A row-major view (unit stride along rows) is passed as it is; a transposed one (unit stride down
-    columns) as its transpose, flagged.
-    """
-    rows, cols = a.shape
-    item = a.itemsize
-    if a.strides[1] == item and a.strides[0] % item == 0 and a.strides[0] // item >= max(1, cols):
-        return NO_TRANS, a.strides[0] // item
-    if a.strides[0] == item and a.strides[1] % item == 0 and a.strides[1] // item >= max(1, rows):
-        return TRANS, a.strides[1] // item
-    return None
+
+@functools.cache
+def _thread_functions():
+    return _function(_GET_THREADS, [], ctypes.c_int), _function(_SET_THREADS, [ctypes.c_int], None)
+
+
+def blas_threads() -> int | None:
+    """How many threads numpy's OpenBLAS uses (read only); None for another BLAS."""
+    get = _thread_functions()[0]
+    return None if get is None else int(get())
+
+
+def set_blas_threads(n: int) -> bool:
+    """Set numpy's OpenBLAS to n threads, for the whole process (only `set_num_threads` calls this)."""
+    set_ = _thread_functions()[1]
+    if set_ is not None:
+        set_(n)
+    return set_ is not None
+
+
+@njit(cache=True, nogil=True)
+def _operand(rows, cols, row_stride, col_stride, item):
+    """(flag, leading dimension) of a view from its shape and strides (scalars: one compiled version serves
+    every layout); flag 0 when BLAS cannot read the view where it lies."""
+    if (cols <= 1 or col_stride == item) and (rows <= 1 or (row_stride % item == 0 and row_stride >= cols * item)):
+        return NO_TRANS, row_stride // item if rows > 1 else max(cols, 1)
+    if (rows <= 1 or row_stride == item) and (cols <= 1 or (col_stride % item == 0 and col_stride >= rows * item)):
+        return TRANS, col_stride // item if cols > 1 else max(rows, 1)
+    return 0, 0
+
+
+def blas_operand(a: np.ndarray) -> tuple[int, int] | None:
+    """(transpose flag, leading dimension) that describe a 2-D view to BLAS, or None if no flag can: a view
+    with unit stride along rows is passed as it is, one with unit stride down columns as its transpose,
+    flagged."""
+    flag, ld = _operand(a.shape[0], a.shape[1], a.strides[0], a.strides[1], a.itemsize)
+    return (flag, ld) if flag else None
+
+
+def matmul_into(a, b, out, alpha, beta, gemm):
+    """out (m, n) <- alpha a (m, k) @ b (k, n) + beta out, on views (out is not read when beta is 0)."""
+    product = alpha * (a @ b)
+    out[...] = product if beta == 0 else product + beta * out
+
+
+@njit(cache=True, nogil=True, fastmath={"contract", "reassoc"})
+def _matmul_loops(a, b, out, alpha, beta):
+    """matmul_into as loops: for another BLAS, and views BLAS cannot describe."""
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    for i in range(m):
+        for j in range(n):
+            out[i, j] = 0 if beta == 0 else beta * out[i, j]
+        for p in range(k):
+            x = alpha * a[i, p]
+            for j in range(n):
+                out[i, j] += x * b[p, j]
+
+
+def _matmul_gemm(a, b, out, alpha, beta, gemm):
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    ta, lda = _operand(m, k, a.strides[0], a.strides[1], a.itemsize)
+    tb, ldb = _operand(k, n, b.strides[0], b.strides[1], b.itemsize)
+    to, ldo = _operand(m, n, out.strides[0], out.strides[1], out.itemsize)
+    if m == 0 or n == 0:
+        return
+    if ta == 0 or tb == 0 or to != NO_TRANS:  # never from flash.py, whose callers lay every operand out for BLAS
+        raise ValueError("matmul_into: an operand BLAS cannot read in place")
+    real = out.dtype.type  # with k = 0, BLAS sets out to beta out
+    gemm(ROW_MAJOR, ta, tb, m, n, k, real(alpha), np.int64(a.ctypes.data), lda, np.int64(b.ctypes.data), ldb,
+         real(beta), np.int64(out.ctypes.data), ldo)
+
+
+@overload(matmul_into)
+def _matmul_into_compiled(a, b, out, alpha, beta, gemm):
+    if isinstance(gemm, types.NoneType):
+        return lambda a, b, out, alpha, beta, gemm: _matmul_loops(a, b, out, alpha, beta)
+    return _matmul_gemm
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def matmul_rows_parallel(a, b, out, trans_a, lda, trans_b, ldb, parts, gemm):
-    """out (N, M) = a (N, K) @ b (K, M), rows cut into `parts` parts, one gemm call per part."""
-    n, k = a.shape
-    m = b.shape[1]
-    one, zero = out.dtype.type(1), out.dtype.type(0)
-    a_data, b_data, out_data = np.int64(a.ctypes.data), np.int64(b.ctypes.data), np.int64(out.ctypes.data)
+def matmul_rows_parallel(a, b, out, parts, gemm):
+    """out (N, M) = a (N, K) @ b (K, M), the rows cut into `parts` parts, one product per part."""
     for p in prange(parts):
-        start, stop = part_rows(n, p, parts)
-        if stop > start:
-            gemm(ROW_MAJOR, trans_a, trans_b, stop - start, m, k, one, a_data + start * a.strides[0], lda,
-                 b_data, ldb, zero, out_data + start * out.strides[0], m)
+        start, stop = part_rows(a.shape[0], p, parts)
+        matmul_into(a[start:stop], b, out[start:stop], 1.0, 0.0, gemm)

@@ -1,211 +1,191 @@
-"""Flash attention: softmax(q k^T * scale + bias) v without ever building the (Tq, Tk) matrix.
+"""Flash attention: softmax(scale q k^T + bias) v without ever building the (Tq, Tk) matrix, compiled.
 
-The queries are taken a block of rows at a time and the keys a tile of
-columns at a time. Forward, for one query block, over its key tiles (the
-online softmax; m the running row max, l the running sum, acc the running
-output):
+Forward, for one query block of one group (the online softmax, over its key
+tiles; m the running row max, l the running row sum, acc the running output):
 
-    S = q (k * scale)^T + bias            a (bq, bk) tile of scores
+    S = scale q k^T + bias                a (bq, bk) tile of scores
     m' = max(m, rowmax S),  P = exp(S - m'),  alpha = exp(m - m')
-    l' = l alpha + rowsum P,  acc' = acc alpha + P V
+    l' = l alpha + rowsum P,  acc' = acc alpha + P v
     out = acc / l,  lse = m + log l       (lse is saved for the backward)
 
-Backward (FlashAttention-2), recomputing P from lse instead of storing it:
+Backward (FlashAttention-2), for one range of key tiles of one group, over the
+query blocks that see each tile, recomputing P from lse instead of storing it:
 
-    P = exp(S - lse),  dV += P^T dO,  dP = dO V^T
+    P = exp(S - lse),  dV += P^T dO,  dP = dO v^T
     dS = P (dP - delta),  delta = rowsum(dO * out)
-    dQ += scale dS K,  dK += scale dS^T q
+    dQ += scale dS k,  dK += scale dS^T q
 
-Every array carries two leading dims (p, h): a chunk of the (batch, head)
-groups, done together so that each numpy call covers many small problems.
-How the groups lie in memory, how they are cut into chunks and tiles, and
-which thread runs what live in layout.py and parallel.py; the numba kernels
-for one tile in tiles.py. When every group fits one tile, small.py runs the
-same steps compiled, a group at a time. A row with nothing to attend to (every key masked)
-gets l = 0: output 0, lse -inf, gradients 0. A NaN anywhere in a row's
-scores makes that row's output NaN.
+`attend_query_blocks` and `backward_key_ranges` are those loops over a list of
+items, run on one thread; their `prange` drivers give each thread its list
+(layout.py's plan). Products go through blas.py's `matmul_into` (BLAS, called
+from compiled code), what happens to a tile in between through tiles.py. With
+NUMBA_DISABLE_JIT=1 the same code runs as Python, a debugger can step into.
+
+A row with nothing to attend to (every key masked) gets l = 0: output 0,
+lse -inf, gradients 0. A NaN anywhere in a row's scores makes that row's
+output NaN.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from numba import njit, prange
 
-from .layout import (
-    as_group_grid,
-    backward_items,
-    bias_tile,
-    forward_items,
-    grid_bias,
-    key_tiles,
-    new_like,
-    query_blocks,
-    tile_shape,
-    transposed,
-)
-from .parallel import gemm_for, parallel_each, threads_for
-from .small import blas_rows, fits_one_tile, one_tile_backward, one_tile_forward
-from .tiles import online_softmax_tile, probs_from_lse, score_gradient, softmax_tile
+from . import parallel
+from .blas import gemm_for, matmul_into
+from .layout import backward_plan, blas_rows, forward_plan, new_like, tile_shape
+from .tiles import online_softmax, probs_from_lse, score_gradient
 
 
-def attend_query_block(q, kt, v, bias, groups, rows, causal, tile, out, lse):
-    """Forward for the query block `rows` of the chunk `groups`: writes its out and lse.
-
-    q (P, Q, Tq, d) and v (P, Q, Tk, dv) are the whole grids, kt (p, h, d, Tk) the chunk's (k * scale)^T.
-    """
-    q_block = q[groups + (rows,)]  # (p, h, bq, d)
-    shape = q_block.shape[:-1]  # (p, h, bq)
-    m = np.full(shape, -np.inf, q.dtype)  # running row max
-    l = np.zeros(shape, q.dtype)  # running row sum of exp(S - m)  # noqa: E741
-    tiles = list(key_tiles(rows, kt.shape[-1], causal, tile))
-    if len(tiles) == 1:  # all the keys in one tile: a plain softmax, no running max
-        ((cols, crosses),) = tiles
-        s = _scores(q_block, kt, bias, groups, rows, cols)  # S: (p, h, bq, bk)
-        softmax_tile(_tiles(s), _rows(m), _rows(l), rows.start, cols.start, crosses)  # S <- softmax(S)
-        np.matmul(s, v[groups + (cols,)], out=out[groups + (rows,)])  # softmax(S) V: (p, h, bq, dv)
-        lse[groups + (rows,)] = log_sum_exp(m, l)
-        return
-    alpha = np.empty(shape, q.dtype)  # exp(m_old - m_new), rescales what came before
-    acc = np.zeros(shape + v.shape[-1:], q.dtype)  # running sum of exp(S - m) V: (p, h, bq, dv)
-    for cols, crosses in tiles:
-        s = _scores(q_block, kt, bias, groups, rows, cols)  # S: (p, h, bq, bk)
-        online_softmax_tile(_tiles(s), _rows(m), _rows(l), _rows(alpha), rows.start, cols.start, crosses)  # S <- P
-        acc *= alpha[..., None]
-        acc += s @ v[groups + (cols,)]  # acc' = acc alpha + P V: (p, h, bq, dv)
-    out[groups + (rows,)] = acc / np.where(l > 0, l, 1)[..., None]  # softmax(S) V, 0 where nothing is seen
-    lse[groups + (rows,)] = log_sum_exp(m, l)
+@njit(cache=True, nogil=True)
+def scores_into(s, q_rows, k_tile, bias, has_bias, a, b, r0, c0, scale, gemm):
+    """s (bq, bk) <- scale q k^T + bias, for the rows from r0 and the keys from c0 of group (a, b)."""
+    matmul_into(q_rows, k_tile.T, s, scale, 0.0, gemm)  # S = scale q k^T: (bq, d) (d, bk) -> (bq, bk)
+    if has_bias:
+        for i in range(s.shape[0]):
+            for j in range(s.shape[1]):
+                s[i, j] += bias[a, b, r0 + i, c0 + j]
 
 
-def backward_tile(q, k, kt, v_t, grad_out, lse, delta, bias, groups, rows, cols, crosses, scale, dq, dk, dv, once):
-    """The gradients one score tile contributes to dq[rows], dk[cols] and dv[cols] of the chunk.
-
-    kt (p, h, d, Tk) and v_t (p, h, dv, Tk) are the chunk's (k * scale)^T and v^T; lse and delta the
-    chunk's (p * h, Tq) rows; dq, dk, dv (p, h, T, d) the chunk's gradients. once = (dq's, dk's and
-    dv's) says this tile is the only one to reach those rows, which are then written instead of added to.
-    """
-    q_block, grad_block = q[groups + (rows,)], grad_out[groups + (rows,)]  # (p, h, bq, d), (p, h, bq, dv)
-    s = _scores(q_block, kt, bias, groups, rows, cols)  # S: (p, h, bq, bk)
-    probs_from_lse(_tiles(s), lse[:, rows], rows.start, cols.start, crosses)  # S <- P = exp(S - lse)
-    _add_product(dv[..., cols, :], s.swapaxes(-1, -2), grad_block, once[1])  # dV += P^T dO: (p, h, bk, dv)
-    dp = grad_block @ v_t[..., cols]  # dP = dO V^T: (p, h, bq, bk)
-    score_gradient(_tiles(s), _tiles(dp), delta[:, rows], scale)  # dP <- scale dS, dS = P (dP - delta)
-    _add_product(dq[..., rows, :], dp, k[groups + (cols,)], once[0])  # dQ += scale dS K: (p, h, bq, d)
-    _add_product(dk[..., cols, :], dp.swapaxes(-1, -2), q_block, once[1])  # dK += scale dS^T Q: (p, h, bk, d)
+@njit(cache=True, nogil=True)
+def scale_rows(a, factor):
+    """a (r, c) <- a * factor[:, None] (loops: numba's array expressions compile far slower)."""
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            a[i, j] *= factor[i]
 
 
-def _add_product(target, a, b, write):
-    """target += a @ b, or target = a @ b (no temporary) when `write`."""
-    if write:
-        np.matmul(a, b, out=target)
-    else:
-        target += a @ b
+@njit(cache=True, nogil=True)
+def fill(a, value):
+    """a <- value, for a 1-D or 2-D view."""
+    for index in np.ndindex(a.shape):
+        a[index] = value
 
 
-def _scores(q_block, kt, bias, groups, rows, cols):
-    """S = q (k * scale)^T + bias for one tile: (p, h, bq, bk)."""
-    s = q_block @ kt[..., cols]
-    if bias is not None:
-        s += bias_tile(bias, groups, rows, cols)
-    return s
+@njit(cache=True, nogil=True)
+def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse, gemm, items):
+    """The forward for items group * n_blocks + query block, one after another: out and lse of each."""
+    n_inner, tq, tk = q.shape[1], q.shape[2], k.shape[2]
+    n_blocks = -(-tq // bq)
+    s_buf = np.empty(bq * bk, q.dtype)  # one score tile, reused
+    m, l, alpha = np.empty(bq, q.dtype), np.empty(bq, q.dtype), np.empty(bq, q.dtype)  # noqa: E741
+    for item in items:
+        group, block = divmod(item, n_blocks)
+        a, b = divmod(group, n_inner)
+        r0 = block * bq
+        r1 = min(r0 + bq, tq)
+        q_rows, acc = q[a, b, r0:r1], out[a, b, r0:r1]  # (bq, d), (bq, dv): acc sums in the output's rows
+        fill(acc, 0)
+        fill(m, -np.inf)
+        fill(l, 0)
+        key_stop = min(tk, r1) if causal else tk  # keys >= r1 are hidden from every row of the block
+        for c0 in range(0, key_stop, bk):
+            c1 = min(c0 + bk, key_stop)
+            s = s_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
+            scores_into(s, q_rows, k[a, b, c0:c1], bias, has_bias, a, b, r0, c0, scale, gemm)
+            online_softmax(s, m, l, alpha, r0, c0, causal)  # S <- P = exp(S - m'), alpha = exp(m - m')
+            scale_rows(acc, alpha)  # acc alpha
+            matmul_into(s, v[a, b, c0:c1], acc, 1.0, 1.0, gemm)  # acc += P v: (bq, bk) (bk, dv)
+        for i in range(r1 - r0):
+            alpha[i] = 1 / l[i] if l[i] != 0 else 0
+            lse[a, b, r0 + i] = m[i] + math.log(l[i]) if l[i] > 0 else (l[i] if l[i] != l[i] else -np.inf)
+        scale_rows(acc, alpha)  # out = acc / l, 0 where nothing is seen
 
 
-def log_sum_exp(m: np.ndarray, l: np.ndarray) -> np.ndarray:  # noqa: E741
-    """lse = m + log l from a row's max m and sum l of exp(x - m); -inf where l = 0 (nothing seen)."""
-    live = l > 0
-    return np.where(live, m + np.log(np.where(live, l, 1)), np.where(np.isnan(l), np.nan, -np.inf))
+@njit(cache=True, nogil=True)
+def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
+                        gemm, items):
+    """The backward for items group * n_ranges + key range, one after another: dk and dv of the range's
+    keys, written; dQ added into dq_parts[range]."""
+    n_inner, tq, tk, n_ranges = q.shape[1], q.shape[2], k.shape[2], len(edges) - 1
+    s_buf, dp_buf, delta = np.empty(bq * bk, q.dtype), np.empty(bq * bk, q.dtype), np.empty(bq, q.dtype)
+    for item in items:
+        group, r = divmod(item, n_ranges)
+        a, b = divmod(group, n_inner)
+        dq = dq_parts[r, a, b]  # (Tq, d): this range's share of dQ
+        for c0 in range(edges[r], edges[r + 1], bk):
+            c1 = min(c0 + bk, tk)
+            k_tile, v_tile, dk_tile, dv_tile = k[a, b, c0:c1], v[a, b, c0:c1], dk[a, b, c0:c1], dv[a, b, c0:c1]
+            fill(dk_tile, 0)
+            fill(dv_tile, 0)
+            first = (c0 // bq) * bq if causal else 0  # query rows before c0 see none of these keys
+            for r0 in range(first, tq, bq):
+                r1 = min(r0 + bq, tq)
+                q_rows, d_out = q[a, b, r0:r1], grad[a, b, r0:r1]  # (bq, d), (bq, dv)
+                s = s_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
+                dp = dp_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
+                scores_into(s, q_rows, k_tile, bias, has_bias, a, b, r0, c0, scale, gemm)
+                probs_from_lse(s, lse[a, b, r0:r1], r0, c0, causal)  # S <- P = exp(S - lse)
+                matmul_into(s.T, d_out, dv_tile, 1.0, 1.0, gemm)  # dV += P^T dO: (bk, bq) (bq, dv)
+                matmul_into(d_out, v_tile.T, dp, 1.0, 0.0, gemm)  # dP = dO v^T: (bq, dv) (dv, bk)
+                for i in range(r1 - r0):
+                    delta[i] = 0
+                    for c in range(d_out.shape[1]):
+                        delta[i] += d_out[i, c] * out[a, b, r0 + i, c]  # delta = rowsum(dO * out)
+                score_gradient(s, dp, delta, scale)  # dP <- scale dS, dS = P (dP - delta)
+                matmul_into(dp, k_tile, dq[r0:r1], 1.0, 1.0, gemm)  # dQ += scale dS k: (bq, bk) (bk, d)
+                matmul_into(dp.T, q_rows, dk_tile, 1.0, 1.0, gemm)  # dK += scale dS^T q: (bk, bq) (bq, d)
 
 
-def _tiles(a: np.ndarray) -> np.ndarray:
-    return a.reshape(a.shape[0] * a.shape[1], *a.shape[-2:])  # (p, h, x, y) -> (p h, x, y), a view
+@njit(cache=True, nogil=True, parallel=True)
+def _forward_parallel(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse, gemm, bounds, items):
+    for p in prange(len(bounds) - 1):
+        attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse, gemm,
+                            items[bounds[p]:bounds[p + 1]])
 
 
-def _rows(a: np.ndarray) -> np.ndarray:
-    return a.reshape(a.shape[0] * a.shape[1], a.shape[-1])  # (p, h, x) -> (p h, x)
+@njit(cache=True, nogil=True, parallel=True)
+def _backward_parallel(grad, q, k, v, out, lse, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv, gemm,
+                       bounds, items):
+    for p in prange(len(bounds) - 1):
+        backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
+                            gemm, items[bounds[p]:bounds[p + 1]])
+
+
+def _bias(bias, shape, dtype):
+    """The grid bias broadcast (no copy) to the whole (P, Q, Tq, Tk), or a stand-in never read."""
+    return (np.zeros((1, 1, 1, 1), dtype), False) if bias is None else (np.broadcast_to(bias.astype(dtype, copy=False),
+                                                                                     shape), True)
+
+
+def _plan_of(q, k, v):
+    (n_outer, n_inner, tq, d), tk = q.shape, k.shape[2]
+    tile = tile_shape(tq, tk, max(d, v.shape[3]))
+    work = float(q.size) * tk + float(v.size) * tq  # multiply-adds of S = q k^T and P v
+    return n_outer * n_inner, tq, tk, tile, parallel.threads_for(work, parallel.MIN_ATTENTION_WORK)
 
 
 def flash_attention_forward(q, k, v, scale, causal, bias):
     """q (P, Q, Tq, d), k (P, Q, Tk, d), v (P, Q, Tk, dv) grids (layout.as_group_grid); bias from grid_bias.
 
-    Returns out (P, Q, Tq, dv) laid out like q, lse (P, Q, Tq) and kt = (k * scale)^T (P, Q, d, Tk),
-    which the backward needs again (None when each group fits one tile: small.py then recomputes it).
+    Returns out (P, Q, Tq, dv), laid out like q, and lse (P, Q, Tq).
     """
-    (n_outer, n_inner, tq, _), tk = q.shape, k.shape[2]
-    tile = tile_shape(tq, causal)
-    out, gemm = new_like(q, v.shape[3]), gemm_for(q.dtype)
-    if fits_one_tile(q, k, v, tile, gemm):  # every group one tile: the compiled steps (small.py)
-        return out, log_sum_exp(*one_tile_forward(q, k, v, scale, causal, bias, out, gemm)), None
-    lse = np.empty((n_outer, n_inner, tq), q.dtype)
-    kt = np.empty(k.shape[:2] + k.shape[:1:-1], k.dtype)
-    work = float(q.size) * tk
-    chunks, items = forward_items((n_outer, n_inner, tq, tk), tile, q.itemsize, threads_for(work, 1 << 30))
-    parallel_each(lambda groups: transposed(k[groups], scale, kt[groups]), chunks, k.size)
-    parallel_each(lambda item: attend_query_block(q, kt[item[0]], v, bias, *item, causal, tile, out, lse),
-                  items, work)
-    return out, lse, kt
+    q, k, v = blas_rows(q), blas_rows(k), blas_rows(v)
+    groups, tq, tk, tile, threads = _plan_of(q, k, v)
+    out, lse = new_like(q, v.shape[3]), np.empty(q.shape[:3], q.dtype)
+    bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
+    parallel.run_plan(_forward_parallel, attend_query_blocks, forward_plan(groups, tq, tk, causal, tile, threads),
+             q, k, v, bias, has_bias, q.dtype.type(scale), causal, *tile, out, lse, gemm_for(q.dtype))
+    return out, lse
 
 
-def flash_attention_backward(grad_out, q, k, v, out, lse, kt, scale, causal, bias, grads=None):
-    """dq, dk, dv for the forward above, (P, Q, T, d) each.
-
-    `grads` may give three zero-filled arrays (any layout) to receive them, such as views into one
-    packed gradient. Work items are (chunk, key range) pairs: each owns dk and dv over its keys. When
-    there are fewer chunks than threads the keys are cut into ranges, and each range adds into a dq of
-    its own. A gradient that every tile writes once is written in place (in its input's layout, when
-    no target is given); one that tiles add into is summed in a contiguous array first.
-    """
-    if kt is None:  # the forward ran small.py's compiled steps
-        return _one_tile_backward(grad_out, q, k, v, out, lse, scale, causal, bias, grads)
-    (n_outer, n_inner, tq, _), tk = q.shape, k.shape[2]
-    tile = tile_shape(tq, causal)
-    work = float(q.size) * tk * 2
-    chunks, ranges, items = backward_items((n_outer, n_inner, tq, tk), tile, q.itemsize, threads_for(work, 1 << 30),
-                                           causal)
-    once = (tk <= tile[1] and len(ranges) <= 1, tq <= tile[0])  # (dq's rows, dk's and dv's) meet one tile each
-    targets = grads or (None, None, None)
-    dq, dk, dv = (_gradient(target, a, written) for target, a, written in zip(targets, (q, k, v), once + once[1:]))
-    dq_parts = [dq] + [np.zeros(q.shape, q.dtype) for _ in range(len(ranges) - 1)]
-    delta = (grad_out * out) @ np.ones(out.shape[-1], out.dtype)  # rowsum(dO * out): (P, Q, Tq)
-    v_t = np.empty(v.shape[:2] + v.shape[:1:-1], v.dtype)  # (P, Q, dv, Tk)
-    parallel_each(lambda groups: transposed(v[groups], 1.0, v_t[groups]), chunks, v.size)
-
-    def run(item):
-        groups, r = item
-        chunk_lse, chunk_delta = (_rows(np.ascontiguousarray(a[groups])) for a in (lse, delta))  # (p h, Tq)
-        for rows in query_blocks(tq, tile):
-            for cols, crosses in key_tiles(rows, tk, causal, tile, ranges[r]):
-                backward_tile(q, k, kt[groups], v_t[groups], grad_out, chunk_lse, chunk_delta, bias, groups, rows,
-                              cols, crosses, scale, dq_parts[r][groups], dk[groups], dv[groups], once)
-
-    parallel_each(run, items, work)
-    for part in dq_parts[1:]:
-        dq += part
-    result = (dq, dk, dv)
-    for target, got in zip(targets, result):
-        if target is not None and target is not got:
-            target[...] = got
-    return tuple(got if target is None else target for target, got in zip(targets, result))
-
-
-def _one_tile_backward(grad_out, q, k, v, out, lse, scale, causal, bias, grads):
-    """small.py's backward, into the targets (views of one packed gradient) or new arrays laid out like the
-    inputs; a target BLAS could not write (none from the packed path) gets a new array, copied in."""
-    writable = grads is not None and all(blas_rows(t) for t in grads)
-    dq, dk, dv = grads if writable else (new_like(a, a.shape[3]) for a in (q, k, v))
-    grad_out = grad_out if blas_rows(grad_out) else np.ascontiguousarray(grad_out)  # e.g. a broadcast gradient
-    one_tile_backward(grad_out, q, k, v, out, lse, scale, causal, bias, dq, dk, dv, gemm_for(q.dtype))
-    for target, got in zip(grads if grads is not None and not writable else (), (dq, dk, dv)):
-        target[...] = got
-    return grads if grads is not None else (dq, dk, dv)
-
-
-def _gradient(target, like, written_once):
-    """Where a gradient is gathered: the target (or a zeroed array laid out like its input) when each
-    entry is written once, else a contiguous zeroed array (adding into a strided one is slower)."""
-    if not written_once:
-        return np.zeros(like.shape, like.dtype)
-    return target if target is not None else new_like(like, like.shape[3], np.zeros)
-
-
-__all__ = ["as_group_grid", "attention_reference", "flash_attention_backward", "flash_attention_forward", "grid_bias"]
+def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, grads=None):
+    """dq, dk, dv (P, Q, T, d) each, for the forward above; `grads` may give three zero-filled arrays to
+    receive them (such as views into one packed gradient)."""
+    grad_out, q, k, v = blas_rows(grad_out), blas_rows(q), blas_rows(k), blas_rows(v)
+    groups, tq, tk, tile, threads = _plan_of(q, k, v)
+    edges, plan = backward_plan(groups, tq, tk, causal, tile, threads)
+    dq, dk, dv = grads if grads is not None else (new_like(a, a.shape[3], np.zeros) for a in (q, k, v))
+    n_ranges = len(edges) - 1
+    dq_parts = dq[None] if n_ranges <= 1 else np.zeros((n_ranges,) + q.shape, q.dtype)
+    bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
+    parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, out, lse, bias, has_bias,
+             q.dtype.type(scale), causal, *tile, edges, dq_parts, dk, dv, gemm_for(q.dtype))
+    if n_ranges > 1:
+        dq[...] = dq_parts.sum(axis=0)
+    return dq, dk, dv
 
 
 def attention_reference(q, k, v, scale, causal, bias):
