@@ -3,7 +3,7 @@
 Forward, for one query block of one group (the online softmax, over its key
 tiles; m the running row max, l the running row sum, acc the running output):
 
-    S = scale q k^T + bias                a (bq, bk) tile of scores
+    S = q (scale k)^T + bias              a (bq, bk) tile of scores
     m' = max(m, rowmax S),  P = exp(S - m'),  alpha = exp(m - m')
     l' = l alpha + rowsum P,  acc' = acc alpha + P v
     out = acc / l,  lse = m + log l       (lse is saved for the backward)
@@ -40,9 +40,18 @@ from .tiles import online_softmax, probs_from_lse, score_gradient
 
 
 @njit(cache=True, nogil=True)
-def scores_into(s, q_rows, k_tile, bias, has_bias, a, b, r0, c0, scale, gemm):
-    """s (bq, bk) <- scale q k^T + bias, for the rows from r0 and the keys from c0 of group (a, b)."""
-    matmul_into(q_rows, k_tile.T, s, scale, 0.0, gemm)  # S = scale q k^T: (bq, d) (d, bk) -> (bq, bk)
+def transpose_into(tile, factor, out):
+    """out (d, bk) <- factor tile^T, contiguous: BLAS multiplies by a transposed right operand at about half
+    its speed (numpy's OpenBLAS, row-major), so k^T and v^T are laid out once per key tile."""
+    for j in range(tile.shape[0]):
+        for c in range(tile.shape[1]):
+            out[c, j] = tile[j, c] * factor
+
+
+@njit(cache=True, nogil=True)
+def scores_into(s, q_rows, k_t, bias, has_bias, a, b, r0, c0, gemm):
+    """s (bq, bk) <- q (scale k)^T + bias, for the rows from r0 and the keys from c0 of group (a, b)."""
+    matmul_into(q_rows, k_t, s, 1.0, 0.0, gemm)  # S = q (scale k)^T: (bq, d) (d, bk) -> (bq, bk)
     if has_bias:
         for i in range(s.shape[0]):
             for j in range(s.shape[1]):
@@ -58,10 +67,11 @@ def scale_rows(a, factor):
 
 
 @njit(cache=True, nogil=True)
-def fill(a, value):
-    """a <- value, for a 1-D or 2-D view."""
-    for index in np.ndindex(a.shape):
-        a[index] = value
+def zero(a):
+    """a (r, c) <- 0."""
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            a[i, j] = 0
 
 
 @njit(cache=True, nogil=True)
@@ -69,7 +79,7 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
     """The forward for items group * n_blocks + query block, one after another: out and lse of each."""
     n_inner, tq, tk = q.shape[1], q.shape[2], k.shape[2]
     n_blocks = -(-tq // bq)
-    s_buf = np.empty(bq * bk, q.dtype)  # one score tile, reused
+    s_buf, kt_buf = np.empty(bq * bk, q.dtype), np.empty(q.shape[3] * bk, q.dtype)  # a score tile, a (scale k)^T
     m, l, alpha = np.empty(bq, q.dtype), np.empty(bq, q.dtype), np.empty(bq, q.dtype)  # noqa: E741
     for item in items:
         group, block = divmod(item, n_blocks)
@@ -77,17 +87,22 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
         r0 = block * bq
         r1 = min(r0 + bq, tq)
         q_rows, acc = q[a, b, r0:r1], out[a, b, r0:r1]  # (bq, d), (bq, dv): acc sums in the output's rows
-        fill(acc, 0)
-        fill(m, -np.inf)
-        fill(l, 0)
+        for i in range(r1 - r0):
+            m[i] = -np.inf
+            l[i] = 0
         key_stop = min(tk, r1) if causal else tk  # keys >= r1 are hidden from every row of the block
         for c0 in range(0, key_stop, bk):
             c1 = min(c0 + bk, key_stop)
             s = s_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
-            scores_into(s, q_rows, k[a, b, c0:c1], bias, has_bias, a, b, r0, c0, scale, gemm)
+            k_t = kt_buf[:q.shape[3] * (c1 - c0)].reshape((q.shape[3], c1 - c0))  # (d, bk)
+            transpose_into(k[a, b, c0:c1], scale, k_t)
+            scores_into(s, q_rows, k_t, bias, has_bias, a, b, r0, c0, gemm)
             online_softmax(s, m, l, alpha, r0, c0, causal)  # S <- P = exp(S - m'), alpha = exp(m - m')
-            scale_rows(acc, alpha)  # acc alpha
-            matmul_into(s, v[a, b, c0:c1], acc, 1.0, 1.0, gemm)  # acc += P v: (bq, bk) (bk, dv)
+            if c0 > 0:
+                scale_rows(acc, alpha)  # acc alpha (the first tile has nothing to rescale)
+            matmul_into(s, v[a, b, c0:c1], acc, 1.0, 1.0 if c0 > 0 else 0.0, gemm)  # acc += P v: (bq, bk) (bk, dv)
+        if key_stop == 0:
+            zero(acc)  # no key seen
         for i in range(r1 - r0):
             alpha[i] = 1 / l[i] if l[i] != 0 else 0
             lse[a, b, r0 + i] = m[i] + math.log(l[i]) if l[i] > 0 else (l[i] if l[i] != l[i] else -np.inf)
@@ -101,32 +116,39 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
     keys, written; dQ added into dq_parts[range]."""
     n_inner, tq, tk, n_ranges = q.shape[1], q.shape[2], k.shape[2], len(edges) - 1
     s_buf, dp_buf, delta = np.empty(bq * bk, q.dtype), np.empty(bq * bk, q.dtype), np.empty(bq, q.dtype)
+    kt_buf, vt_buf = np.empty(q.shape[3] * bk, q.dtype), np.empty(v.shape[3] * bk, q.dtype)
     for item in items:
         group, r = divmod(item, n_ranges)
         a, b = divmod(group, n_inner)
         dq = dq_parts[r, a, b]  # (Tq, d): this range's share of dQ
         for c0 in range(edges[r], edges[r + 1], bk):
             c1 = min(c0 + bk, tk)
-            k_tile, v_tile, dk_tile, dv_tile = k[a, b, c0:c1], v[a, b, c0:c1], dk[a, b, c0:c1], dv[a, b, c0:c1]
-            fill(dk_tile, 0)
-            fill(dv_tile, 0)
+            k_tile, dk_tile, dv_tile = k[a, b, c0:c1], dk[a, b, c0:c1], dv[a, b, c0:c1]  # (bk, d) each
+            k_t = kt_buf[:q.shape[3] * (c1 - c0)].reshape((q.shape[3], c1 - c0))  # (scale k)^T: (d, bk)
+            v_t = vt_buf[:v.shape[3] * (c1 - c0)].reshape((v.shape[3], c1 - c0))  # v^T: (dv, bk)
+            transpose_into(k_tile, scale, k_t)
+            transpose_into(v[a, b, c0:c1], 1.0, v_t)
             first = (c0 // bq) * bq if causal else 0  # query rows before c0 see none of these keys
+            if first >= tq:
+                zero(dk_tile)
+                zero(dv_tile)
             for r0 in range(first, tq, bq):
                 r1 = min(r0 + bq, tq)
                 q_rows, d_out = q[a, b, r0:r1], grad[a, b, r0:r1]  # (bq, d), (bq, dv)
                 s = s_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
                 dp = dp_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
-                scores_into(s, q_rows, k_tile, bias, has_bias, a, b, r0, c0, scale, gemm)
+                scores_into(s, q_rows, k_t, bias, has_bias, a, b, r0, c0, gemm)
                 probs_from_lse(s, lse[a, b, r0:r1], r0, c0, causal)  # S <- P = exp(S - lse)
-                matmul_into(s.T, d_out, dv_tile, 1.0, 1.0, gemm)  # dV += P^T dO: (bk, bq) (bq, dv)
-                matmul_into(d_out, v_tile.T, dp, 1.0, 0.0, gemm)  # dP = dO v^T: (bq, dv) (dv, bk)
+                again = 1.0 if r0 > first else 0.0  # the first block writes dK and dV, the others add
+                matmul_into(s.T, d_out, dv_tile, 1.0, again, gemm)  # dV += P^T dO: (bk, bq) (bq, dv)
+                matmul_into(d_out, v_t, dp, 1.0, 0.0, gemm)  # dP = dO v^T: (bq, dv) (dv, bk)
                 for i in range(r1 - r0):
                     delta[i] = 0
                     for c in range(d_out.shape[1]):
                         delta[i] += d_out[i, c] * out[a, b, r0 + i, c]  # delta = rowsum(dO * out)
                 score_gradient(s, dp, delta, scale)  # dP <- scale dS, dS = P (dP - delta)
                 matmul_into(dp, k_tile, dq[r0:r1], 1.0, 1.0, gemm)  # dQ += scale dS k: (bq, bk) (bk, d)
-                matmul_into(dp.T, q_rows, dk_tile, 1.0, 1.0, gemm)  # dK += scale dS^T q: (bk, bq) (bq, d)
+                matmul_into(dp.T, q_rows, dk_tile, 1.0, again, gemm)  # dK += scale dS^T q: (bk, bq) (bq, d)
 
 
 @njit(cache=True, nogil=True, parallel=True)

@@ -9,11 +9,14 @@ Work plan: a pure function of the shapes and the thread count. The items are
 (group, query block) in the forward and (group, key range) in the backward;
 each item's work is the score entries it computes (under the causal mask, the
 tiles up to the diagonal). `share_out` gives each thread a list of items of
-about equal work, so each thread's part is one loop index of a `prange`.
+about equal work, so each thread's part is one loop index of a `prange`. Plans
+are kept per shape (a training step asks for the same ones again), so their
+arrays are never written.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -77,6 +80,7 @@ def _starts(length: int, size: int) -> np.ndarray:
     return np.arange(0, length, size)
 
 
+@functools.lru_cache(maxsize=256)
 def forward_plan(groups: int, tq: int, tk: int, causal: bool, tile: tuple[int, int], threads: int):
     """The forward's items, group * n_blocks + query block, shared out among `threads` threads."""
     rows = _starts(tq, tile[0])
@@ -105,6 +109,7 @@ def key_ranges(tq: int, tk: int, causal: bool, tile: tuple[int, int], n: int) ->
     return np.unique(np.concatenate([[0], np.append(cols, tk)[cuts], [tk]])).astype(np.int64)
 
 
+@functools.lru_cache(maxsize=256)
 def backward_plan(groups: int, tq: int, tk: int, causal: bool, tile: tuple[int, int], threads: int):
     """The backward's key ranges (edges) and its items, group * n_ranges + range, shared out among
     `threads` threads. The keys are cut into ranges only when there are too few groups to keep every

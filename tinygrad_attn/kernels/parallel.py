@@ -27,6 +27,7 @@ every kernel runs on its calling thread.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 import warnings
@@ -129,20 +130,25 @@ def any_layout(kernel: Callable) -> Callable:
     """
     if not hasattr(kernel, "overloads"):  # NUMBA_DISABLE_JIT: the plain Python function
         return kernel
+    return functools.partial(_call_any_layout, kernel)
 
-    def call(*args):
+
+_entries: dict[tuple, Callable] = {}  # (kernel, each argument's kind) -> the compiled entry point
+
+
+def _call_any_layout(kernel, *args):
+    key = (kernel, *((a.dtype.char, a.ndim) if isinstance(a, np.ndarray) else
+                     type(a) if isinstance(a, (bool, int, float, np.generic)) else id(a) for a in args))
+    entry = _entries.get(key)
+    if entry is None:  # numba's typeof is slow (about 150 us for attention's arguments): once per kind
         from numba import typeof, types
 
         signature = tuple(t.copy(layout="A", readonly=False) if isinstance(t, types.Array) else t
                           for t in map(typeof, args))
-        compiled = kernel.overloads.get(signature)
-        if compiled is None:
-            with _any_layout_lock:
-                kernel.compile(signature)
-            compiled = kernel.overloads[signature]
-        return compiled.entry_point(*args)
-
-    return call
+        with _any_layout_lock:
+            kernel.compile(signature)
+            entry = _entries[key] = kernel.overloads[signature].entry_point
+    return entry(*args)
 
 
 def _on_numba_threads(n: int, kernel: Callable, *args):
