@@ -65,12 +65,14 @@ def share_work_among_threads(patch, n: int, products: str = "blas") -> None:
 def products_on_numba_threads(patch) -> list:
     """With `patch` (a pytest MonkeyPatch), matrix products are cut into row blocks on numba's threads however
     small, as after ta.set_num_threads(3); returns the list that records each such product."""
-    from tinygrad_attn.kernels import parallel
+    from tinygrad_attn.kernels import blas, parallel
 
     calls = []
     patch.setattr(parallel, "MIN_PRODUCT_WORK", 0)
+    patch.setattr(parallel, "ONE_THREAD_PRODUCT", 0)
+    patch.setattr(blas, "ONE_THREAD_PRODUCT", 8)  # blocks of a row or so: every product crosses many
     patch.setattr(parallel, "blas_threads", lambda: 1)
     patch.setattr(parallel, "_num_threads", 3)
-    kernel = parallel.matmul_rows_parallel
-    patch.setattr(parallel, "matmul_rows_parallel", lambda *args: calls.append(1) or kernel(*args))
+    kernel = parallel.matmul_blocks_parallel
+    patch.setattr(parallel, "matmul_blocks_parallel", lambda *args: calls.append(1) or kernel(*args))
     return calls

@@ -144,9 +144,27 @@ def _matmul_into_compiled(a, b, out, alpha, beta, gemm):
     return _matmul_gemm
 
 
+def product_blocks(k: int, m: int) -> tuple[int, int]:
+    """(rows, columns) of the blocks a (N, k) @ (k, m) product is cut into: rows x columns x k at most
+    ONE_THREAD_PRODUCT, so OpenBLAS runs each on the calling thread whatever its own thread count."""
+    cols = max(1, min(m, max(16, ONE_THREAD_PRODUCT // max(k * 8, 1))))
+    return max(1, ONE_THREAD_PRODUCT // max(k * cols, 1)), cols
+
+
+@njit(cache=True, nogil=True)
+def matmul_blocks(a, b, out, rows, cols, gemm, start, stop):
+    """out = a @ b on the blocks [start, stop) of (rows, cols) each, numbered row-major."""
+    n_cols = -(-b.shape[1] // cols)
+    for block in range(start, stop):
+        i, j = divmod(block, n_cols)
+        r0, c0 = i * rows, j * cols
+        matmul_into(a[r0:r0 + rows], b[:, c0:c0 + cols], out[r0:r0 + rows, c0:c0 + cols], 1.0, 0.0, gemm)
+
+
 @njit(cache=True, nogil=True, parallel=True)
-def matmul_rows_parallel(a, b, out, parts, gemm):
-    """out (N, M) = a (N, K) @ b (K, M), the rows cut into `parts` parts, one product per part."""
+def matmul_blocks_parallel(a, b, out, rows, cols, gemm, parts):
+    """matmul_blocks over all the blocks, cut into `parts` parts of consecutive blocks."""
+    blocks = -(-a.shape[0] // rows) * -(-b.shape[1] // cols)
     for p in prange(parts):
-        start, stop = part_rows(a.shape[0], p, parts)
-        matmul_into(a[start:stop], b, out[start:stop], 1.0, 0.0, gemm)
+        start, stop = part_rows(blocks, p, parts)
+        matmul_blocks(a, b, out, rows, cols, gemm, start, stop)

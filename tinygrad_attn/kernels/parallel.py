@@ -35,7 +35,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .blas import blas_operand, blas_threads, gemm_for, matmul_rows_parallel, set_blas_threads
+from .blas import (
+    ONE_THREAD_PRODUCT,
+    blas_operand,
+    blas_threads,
+    gemm_for,
+    matmul_blocks,
+    matmul_blocks_parallel,
+    product_blocks,
+    set_blas_threads,
+)
 
 MIN_ROWS_WORK = 1 << 15  # below this many element visits (or multiply-adds) a kernel runs on the calling thread
 MIN_ATTENTION_WORK = 1 << 18  # attention's multiply-adds from which its items pay for a launch
@@ -166,17 +175,27 @@ def _on_numba_threads(n: int, kernel: Callable, *args):
 
 
 def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a (N, K) @ b (K, M), cut into row blocks on numba's threads when numpy's BLAS is on one thread and
-    the product is large enough; otherwise numpy's `@` (and BLAS's own threads)."""
+    """a (N, K) @ b (K, M) in blocks of at most ONE_THREAD_PRODUCT multiply-adds (blas.product_blocks), on
+    numba's threads: OpenBLAS then runs every block on its caller, and its own threads never start. Two
+    sets of threads on the same cores (BLAS's and numba's, each spinning a while after its work) made a
+    training step several times slower. A small product, or any product when BLAS is on one thread and
+    so are we, is numpy's `@`."""
     if (a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or a.dtype != b.dtype or a.shape[0] < 2
             or 0 in a.shape + b.shape):
         return a @ b  # numpy's own checks, messages and promotions for anything else
-    n = threads_for(float(a.shape[0]) * a.shape[1] * b.shape[1], MIN_PRODUCT_WORK)
-    gemm = gemm_for(a.dtype) if n > 1 and blas_threads() == 1 else None
+    work = float(a.shape[0]) * a.shape[1] * b.shape[1]
+    n = threads_for(work, MIN_PRODUCT_WORK)
+    gemm = gemm_for(a.dtype) if work > ONE_THREAD_PRODUCT and (n > 1 or blas_threads() != 1) else None
     if gemm is None or blas_operand(a) is None or blas_operand(b) is None:
         return a @ b
     out = np.empty((a.shape[0], b.shape[1]), a.dtype)
-    _on_numba_threads(n, matmul_rows_parallel, a, b, out, min(n, a.shape[0]), gemm)
+    rows, cols = product_blocks(a.shape[1], b.shape[1])
+    blocks = -(-a.shape[0] // rows) * -(-b.shape[1] // cols)
+    if n <= 1:
+        any_layout(matmul_blocks)(a, b, out, rows, cols, gemm, 0, blocks)
+    else:
+        _on_numba_threads(n, any_layout(matmul_blocks_parallel), a, b, out, rows, cols, gemm,
+                          min(blocks, ROW_PARTS_PER_THREAD * n))
     return out
 
 

@@ -59,7 +59,7 @@ def _linear_backward(ctx, grad, need_weight: bool, need_bias: bool):
     g = rows_of(grad)  # (N, out)
     grad_x = row_split_matmul(g, weight).reshape(ctx.input_shape) if ctx.needs_input_grad[0] else None  # dX = g W
     grad_weight = row_split_matmul(g.T, rows) if need_weight else None  # dW = g^T X
-    grad_bias = np.ones(g.shape[0], g.dtype) @ g if need_bias else None  # db = sum_n g_n, as a BLAS product
+    grad_bias = g.sum(axis=0) if need_bias else None  # db = sum_n g_n (not a BLAS gemv, which starts its threads)
     return grad_x, grad_weight, grad_bias
 
 
