@@ -4,7 +4,7 @@ Every kernel is a module-level `@njit(cache=True, nogil=True)` function, so
 the compiled code is cached on disk and reused by the next process, and
 several threads can run it at once. All parallel work is one mechanism
 (parallel.py): a compiled `prange` over independent items (row ranges of a row
-kernel, row blocks of a large product, attention's (group, query block) and
+kernel, blocks of a large product, attention's (group, query block) and
 (group, key range) items), with no Python inside. Products inside compiled
 code call numpy's own BLAS through blas.py's `matmul_into`.
 """

@@ -1,7 +1,7 @@
 """Where tinygrad_attn's parallel work runs: numba's `prange`, on n threads (`set_num_threads`).
 
 One mechanism for every parallel op. A compiled kernel takes the items of its
-work (rows of a row kernel, row blocks of a large product, attention's
+work (rows of a row kernel, blocks of a large product, attention's
 (group, query block) and (group, key range) items) as a range or a list, and
 runs them one after another on one thread; its `prange` driver cuts them into
 parts, one part per loop index, on numba's threads. No Python runs inside: the
@@ -11,12 +11,11 @@ launch would cost more than it saves.
 
 Fast by default: n is the number of CPUs this process may run on until
 `set_num_threads` says otherwise. Nothing process-wide changes unless
-`set_num_threads` is called. Oversubscription is avoided without it: attention's tile
-products stay under the size from which OpenBLAS starts threads of its own
-(blas.ONE_THREAD_PRODUCT), and a large product is cut into row blocks only when
-numpy's BLAS is on one thread; otherwise BLAS's threads run it, from the
-calling thread. `set_num_threads(n)` sets BLAS to one thread, as
-`torch.set_num_threads` sets its BLAS's.
+`set_num_threads` is called. Oversubscription is avoided without it: every
+product made here (attention's tiles, a large product's blocks) stays under the
+size from which OpenBLAS starts threads of its own (blas.ONE_THREAD_PRODUCT), so
+BLAS's threads never compete with numba's. `set_num_threads(n)` also sets BLAS
+to one thread, as `torch.set_num_threads` sets its BLAS's.
 
 Thread safety: numba's thread count is a per-calling-thread setting, and with
 the OpenMP or TBB layers each calling Python thread gets its own team. Where
@@ -48,7 +47,7 @@ from .blas import (
 
 MIN_ROWS_WORK = 1 << 15  # below this many element visits (or multiply-adds) a kernel runs on the calling thread
 MIN_ATTENTION_WORK = 1 << 18  # attention's multiply-adds from which its items pay for a launch
-MIN_PRODUCT_WORK = 1 << 22  # a matrix product's row blocks pay from this many multiply-adds
+MIN_PRODUCT_WORK = 1 << 22  # a matrix product's blocks go to several threads from this many multiply-adds
 ROW_PARTS_PER_THREAD = 4  # a row kernel's rows are cut into this many parts per thread, for balance
 
 
@@ -74,8 +73,8 @@ def set_num_threads(n: int) -> None:
 
     A process setting, made only when called: tinygrad_attn's parallel work gets n threads and numpy's
     OpenBLAS one thread, so that the work cut up here is the only parallel work and the cores are never
-    oversubscribed; large matrix products are then cut into row blocks instead. An n above the CPUs
-    this process may run on is cut to them: threads beyond the cores only take turns on them.
+    oversubscribed. An n above the CPUs this process may run on is cut to them: threads beyond the cores
+    only take turns on them.
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"set_num_threads: n must be an int, got {n!r}")
