@@ -133,9 +133,3 @@ def share_out(work: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:
     by_lane = np.argsort(lane, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(np.bincount(lane, minlength=threads))]).astype(np.int64)
     return bounds, order[by_lane].astype(np.int64)
-
-
-def thread_loads(work: np.ndarray, plan: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Each thread's work under a plan (for the tests and docs/performance.md)."""
-    bounds, items = plan
-    return np.array([np.asarray(work)[items[a:b]].sum() for a, b in zip(bounds[:-1], bounds[1:])])
