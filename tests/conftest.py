@@ -62,16 +62,18 @@ def share_work_among_threads(patch, n: int, products: str = "blas") -> None:
         patch.setattr(flash, "gemm_for", lambda dtype: None)
 
 
-def products_on_numba_threads(patch) -> list:
-    """With `patch` (a pytest MonkeyPatch), matrix products are cut into row blocks on numba's threads however
-    small, as after ta.set_num_threads(3); returns the list that records each such product."""
+def products_on_numba_threads(patch, blas_threads: int = 2) -> list:
+    """With `patch` (a pytest MonkeyPatch), matrix products are cut into blocks on numba's threads however
+    small, as by default on 3 CPUs (blas_threads > 1: blocks of at most 8 multiply-adds, so that every
+    product crosses many blocks and chunks of its inner dimension) or after ta.set_num_threads(3)
+    (blas_threads 1: one whole block per thread); returns the list that records each such product."""
     from tinygrad_attn.kernels import blas, parallel
 
     calls = []
     patch.setattr(parallel, "MIN_PRODUCT_WORK", 0)
     patch.setattr(parallel, "ONE_THREAD_PRODUCT", 0)
-    patch.setattr(blas, "ONE_THREAD_PRODUCT", 8)  # blocks of a row or so: every product crosses many
-    patch.setattr(parallel, "blas_threads", lambda: 1)
+    patch.setattr(blas, "ONE_THREAD_PRODUCT", 8)
+    patch.setattr(parallel, "blas_threads", lambda: blas_threads)
     patch.setattr(parallel, "_num_threads", 3)
     kernel = parallel.matmul_blocks_parallel
     patch.setattr(parallel, "matmul_blocks_parallel", lambda *args: calls.append(1) or kernel(*args))

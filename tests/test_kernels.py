@@ -198,24 +198,26 @@ def _view(rng, shape, dtype, how):
 
 def _blas_can_read(x, how):
     """Whether BLAS reads a view made by _view where it lies: reversed rows only when there is one row,
-    every other column only when there is one column."""
+    every other column only when there is one column or one row (then read as a transposed column)."""
     return how in ("row-major", "transposed") or (how == "reversed" and x.shape[0] <= 1) or (
-        how == "strided" and x.shape[1] <= 1)
+        how == "strided" and min(x.shape) <= 1)
 
 
 LAYOUTS = st.sampled_from(["row-major", "transposed", "reversed", "strided"])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@given(n=st.integers(0, 9), k=st.integers(0, 6), m=st.integers(0, 6), a_how=LAYOUTS, b_how=LAYOUTS,
+@pytest.mark.parametrize("blas_threads", [1, 2])
+@given(n=st.integers(0, 9), k=st.integers(0, 20), m=st.integers(0, 6), a_how=LAYOUTS, b_how=LAYOUTS,
        seed=st.integers(0, 2**16))
-def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, n, k, m, a_how, b_how, seed):
-    """row_split_matmul's row blocks, each a BLAS call from numba's threads, against numpy's a @ b, for every
-    layout; a layout BLAS cannot be told about (reversed, strided, empty) takes numpy's path."""
+def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, blas_threads, n, k, m, a_how, b_how, seed):
+    """row_split_matmul's blocks, each a BLAS call from numba's threads (small blocks adding up chunks of the
+    inner dimension when BLAS has threads of its own, whole blocks when it has one), against numpy's a @ b,
+    for every layout; a layout BLAS cannot be told about (reversed, strided, empty) takes numpy's path."""
     rng = np.random.default_rng(seed)
     a, b = _view(rng, (n, k), dtype, a_how), _view(rng, (k, m), dtype, b_how)
     with monkeypatch.context() as mp:  # per example: the record starts empty
-        calls = products_on_numba_threads(mp)
+        calls = products_on_numba_threads(mp, blas_threads)
         got = parallel.row_split_matmul(a, b)
     np.testing.assert_allclose(got, a @ b, **tol(dtype))
     describable = all(_blas_can_read(x, h) for x, h in ((a, a_how), (b, b_how))) and min(n, k, m) > 0

@@ -42,6 +42,7 @@ from .blas import (
     matmul_blocks,
     matmul_blocks_parallel,
     product_blocks,
+    product_parts,
     set_blas_threads,
 )
 
@@ -174,26 +175,34 @@ def _on_numba_threads(n: int, kernel: Callable, *args):
 
 
 def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a (N, K) @ b (K, M) in blocks of at most ONE_THREAD_PRODUCT multiply-adds (blas.product_blocks), on
-    numba's threads: OpenBLAS then runs every block on its caller, and its own threads never start. Two
-    sets of threads on the same cores (BLAS's and numba's, each spinning a while after its work) made a
-    training step several times slower. A small product, or any product when BLAS is on one thread and
-    so are we, is numpy's `@`."""
+    """a (N, K) @ b (K, M), cut into blocks on numba's threads, so that BLAS's own threads never run beside them.
+
+    With BLAS on one thread (after set_num_threads, or OPENBLAS_NUM_THREADS=1), one whole block per thread
+    (blas.product_parts). Otherwise (by default) blocks of at most ONE_THREAD_PRODUCT multiply-adds
+    (blas.product_blocks), which OpenBLAS runs on its caller without starting its threads: two sets of
+    threads on the same cores (BLAS's and numba's, each spinning a while after its work) made a training
+    step several times slower. A product too small to share is numpy's `@`, as is any product when BLAS is
+    on one thread and so are we."""
     if (a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or a.dtype != b.dtype or a.shape[0] < 2
             or 0 in a.shape + b.shape):
         return a @ b  # numpy's own checks, messages and promotions for anything else
-    work = float(a.shape[0]) * a.shape[1] * b.shape[1]
+    m, k, n_cols = a.shape[0], a.shape[1], b.shape[1]
+    work = float(m) * k * n_cols
     n = threads_for(work, MIN_PRODUCT_WORK)
-    gemm = gemm_for(a.dtype) if work > ONE_THREAD_PRODUCT and (n > 1 or blas_threads() != 1) else None
-    if gemm is None or blas_operand(a) is None or blas_operand(b) is None:
+    blas_alone = blas_threads() == 1
+    if work <= ONE_THREAD_PRODUCT or (n <= 1 and blas_alone):
         return a @ b
-    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
-    rows, cols = product_blocks(a.shape[1], b.shape[1])
-    blocks = -(-a.shape[0] // rows) * -(-b.shape[1] // cols)
+    gemm, a_operand, b_operand = gemm_for(a.dtype), blas_operand(a), blas_operand(b)
+    if gemm is None or a_operand is None or b_operand is None:
+        return a @ b
+    out = np.empty((m, n_cols), a.dtype)
+    rows, cols, depth = (product_parts(m, k, n_cols, n) if blas_alone else
+                         product_blocks(m, k, n_cols, a_operand[0], b_operand[0]))
+    blocks = -(-m // rows) * -(-n_cols // cols)
     if n <= 1:
-        any_layout(matmul_blocks)(a, b, out, rows, cols, gemm, 0, blocks)
+        any_layout(matmul_blocks)(a, b, out, rows, cols, depth, gemm, 0, blocks)
     else:
-        _on_numba_threads(n, any_layout(matmul_blocks_parallel), a, b, out, rows, cols, gemm,
+        _on_numba_threads(n, any_layout(matmul_blocks_parallel), a, b, out, rows, cols, depth, gemm,
                           min(blocks, ROW_PARTS_PER_THREAD * n))
     return out
 
