@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import glob
-import math
 import os
 
 import numpy as np

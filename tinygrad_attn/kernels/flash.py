@@ -35,7 +35,7 @@ from numba import njit, prange
 
 from . import parallel
 from .blas import gemm_for, matmul_into
-from .layout import backward_plan, blas_rows, forward_plan, new_like, tile_shape
+from .layout import backward_plan, dense_rows, forward_plan, new_like, tile_shape
 from .tiles import online_softmax, probs_from_lse, score_gradient
 
 
@@ -46,6 +46,15 @@ def transpose_into(tile, factor, out):
     for j in range(tile.shape[0]):
         for c in range(tile.shape[1]):
             out[c, j] = tile[j, c] * factor
+
+
+@njit(cache=True, nogil=True)
+def copy_into(tile, out):
+    """out (r, c) <- tile: results summed in a contiguous scratch tile go to their place (perhaps a view whose
+    rows lie far apart, such as heads interleaved in (B, T, H, d)) once, not at every product."""
+    for i in range(tile.shape[0]):
+        for c in range(tile.shape[1]):
+            out[i, c] = tile[i, c]
 
 
 @njit(cache=True, nogil=True)
@@ -79,14 +88,15 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
     """The forward for items group * n_blocks + query block, one after another: out and lse of each."""
     n_inner, tq, tk = q.shape[1], q.shape[2], k.shape[2]
     n_blocks = -(-tq // bq)
-    s_buf, kt_buf = np.empty(bq * bk, q.dtype), np.empty(q.shape[3] * bk, q.dtype)  # a score tile, a (scale k)^T
+    d, d_v = q.shape[3], v.shape[3]
+    s_buf, kt_buf, acc_buf = np.empty(bq * bk, q.dtype), np.empty(d * bk, q.dtype), np.empty(bq * d_v, q.dtype)
     m, l, alpha = np.empty(bq, q.dtype), np.empty(bq, q.dtype), np.empty(bq, q.dtype)  # noqa: E741
     for item in items:
         group, block = divmod(item, n_blocks)
         a, b = divmod(group, n_inner)
         r0 = block * bq
         r1 = min(r0 + bq, tq)
-        q_rows, acc = q[a, b, r0:r1], out[a, b, r0:r1]  # (bq, d), (bq, dv): acc sums in the output's rows
+        q_rows, acc = q[a, b, r0:r1], acc_buf[:(r1 - r0) * d_v].reshape((r1 - r0, d_v))  # (bq, d), (bq, dv)
         for i in range(r1 - r0):
             m[i] = -np.inf
             l[i] = 0
@@ -94,8 +104,8 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
         for c0 in range(0, key_stop, bk):
             c1 = min(c0 + bk, key_stop)
             s = s_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
-            k_t = kt_buf[:q.shape[3] * (c1 - c0)].reshape((q.shape[3], c1 - c0))  # (d, bk)
-            transpose_into(k[a, b, c0:c1], scale, k_t)
+            k_t = kt_buf[:d * (c1 - c0)].reshape((d, c1 - c0))
+            transpose_into(k[a, b, c0:c1], scale, k_t)  # (scale k)^T: (d, bk)
             scores_into(s, q_rows, k_t, bias, has_bias, a, b, r0, c0, gemm)
             online_softmax(s, m, l, alpha, r0, c0, causal)  # S <- P = exp(S - m'), alpha = exp(m - m')
             if c0 > 0:
@@ -107,6 +117,7 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
             alpha[i] = 1 / l[i] if l[i] != 0 else 0
             lse[a, b, r0 + i] = m[i] + math.log(l[i]) if l[i] > 0 else (l[i] if l[i] != l[i] else -np.inf)
         scale_rows(acc, alpha)  # out = acc / l, 0 where nothing is seen
+        copy_into(acc, out[a, b, r0:r1])
 
 
 @njit(cache=True, nogil=True)
@@ -115,19 +126,21 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
     """The backward for items group * n_ranges + key range, one after another: dk and dv of the range's
     keys, written; dQ added into dq_parts[range]."""
     n_inner, tq, tk, n_ranges = q.shape[1], q.shape[2], k.shape[2], len(edges) - 1
+    d, d_v = q.shape[3], v.shape[3]
     s_buf, dp_buf, delta = np.empty(bq * bk, q.dtype), np.empty(bq * bk, q.dtype), np.empty(bq, q.dtype)
-    kt_buf, vt_buf = np.empty(q.shape[3] * bk, q.dtype), np.empty(v.shape[3] * bk, q.dtype)
+    kt_buf, vt_buf = np.empty(d * bk, q.dtype), np.empty(d_v * bk, q.dtype)
+    dk_buf, dv_buf = np.empty(bk * d, q.dtype), np.empty(bk * d_v, q.dtype)  # this key tile's dK and dV
     for item in items:
         group, r = divmod(item, n_ranges)
         a, b = divmod(group, n_inner)
         dq = dq_parts[r, a, b]  # (Tq, d): this range's share of dQ
         for c0 in range(edges[r], edges[r + 1], bk):
             c1 = min(c0 + bk, tk)
-            k_tile, dk_tile, dv_tile = k[a, b, c0:c1], dk[a, b, c0:c1], dv[a, b, c0:c1]  # (bk, d) each
-            k_t = kt_buf[:q.shape[3] * (c1 - c0)].reshape((q.shape[3], c1 - c0))  # (scale k)^T: (d, bk)
-            v_t = vt_buf[:v.shape[3] * (c1 - c0)].reshape((v.shape[3], c1 - c0))  # v^T: (dv, bk)
-            transpose_into(k_tile, scale, k_t)
-            transpose_into(v[a, b, c0:c1], 1.0, v_t)
+            n = c1 - c0
+            k_tile, k_t, v_t = k[a, b, c0:c1], kt_buf[:d * n].reshape((d, n)), vt_buf[:d_v * n].reshape((d_v, n))
+            dk_tile, dv_tile = dk_buf[:n * d].reshape((n, d)), dv_buf[:n * d_v].reshape((n, d_v))  # (bk, d), (bk, dv)
+            transpose_into(k_tile, scale, k_t)  # (scale k)^T: (d, bk)
+            transpose_into(v[a, b, c0:c1], 1.0, v_t)  # v^T: (dv, bk)
             first = (c0 // bq) * bq if causal else 0  # query rows before c0 see none of these keys
             if first >= tq:
                 zero(dk_tile)
@@ -149,6 +162,8 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
                 score_gradient(s, dp, delta, scale)  # dP <- scale dS, dS = P (dP - delta)
                 matmul_into(dp, k_tile, dq[r0:r1], 1.0, 1.0, gemm)  # dQ += scale dS k: (bq, bk) (bk, d)
                 matmul_into(dp.T, q_rows, dk_tile, 1.0, again, gemm)  # dK += scale dS^T q: (bk, bq) (bq, d)
+            copy_into(dk_tile, dk[a, b, c0:c1])
+            copy_into(dv_tile, dv[a, b, c0:c1])
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -184,9 +199,9 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
 
     Returns out (P, Q, Tq, dv), laid out like q, and lse (P, Q, Tq).
     """
-    q, k, v = blas_rows(q), blas_rows(k), blas_rows(v)
+    out, lse = new_like(q, v.shape[3]), np.empty(q.shape[:3], q.dtype)  # out laid out like the q given
+    q, k, v = dense_rows(q), dense_rows(k), dense_rows(v)
     groups, tq, tk, tile, threads = _plan_of(q, k, v)
-    out, lse = new_like(q, v.shape[3]), np.empty(q.shape[:3], q.dtype)
     bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
     parallel.run_plan(_forward_parallel, attend_query_blocks, forward_plan(groups, tq, tk, causal, tile, threads),
              q, k, v, bias, has_bias, q.dtype.type(scale), causal, *tile, out, lse, gemm_for(q.dtype))
@@ -196,7 +211,7 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
 def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, grads=None):
     """dq, dk, dv (P, Q, T, d) each, for the forward above; `grads` may give three zero-filled arrays to
     receive them (such as views into one packed gradient)."""
-    grad_out, q, k, v = blas_rows(grad_out), blas_rows(q), blas_rows(k), blas_rows(v)
+    grad_out, q, k, v = dense_rows(grad_out), dense_rows(q), dense_rows(k), dense_rows(v)
     groups, tq, tk, tile, threads = _plan_of(q, k, v)
     edges, plan = backward_plan(groups, tq, tk, causal, tile, threads)
     dq, dk, dv = grads if grads is not None else (new_like(a, a.shape[3], np.zeros) for a in (q, k, v))

@@ -58,10 +58,13 @@ def new_like(a: np.ndarray, last: int, fill=np.empty) -> np.ndarray:
     return fill((p, n, t, last), a.dtype)
 
 
-def blas_rows(a: np.ndarray) -> np.ndarray:
-    """a (P, Q, T, d) itself when each (T, d) matrix has unit-stride rows (what BLAS reads in place), else
-    a contiguous copy (such as a gradient broadcast from a sum)."""
-    return a if a.shape[3] <= 1 or a.strides[3] == a.itemsize else np.ascontiguousarray(a)
+def dense_rows(a: np.ndarray) -> np.ndarray:
+    """a (P, Q, T, d) itself when each (T, d) matrix is one block of memory, else a contiguous copy: the
+    kernels read each row many times, and BLAS copies rows that lie far apart (q, k, v as views of one
+    packed (B, T, 3, H, d) projection, a gradient broadcast from a sum) several times slower."""
+    item = a.itemsize
+    dense = (a.shape[3] <= 1 or a.strides[3] == item) and (a.shape[2] <= 1 or a.strides[2] == a.shape[3] * item)
+    return a if dense else np.ascontiguousarray(a)
 
 
 def tile_shape(tq: int, tk: int, d: int) -> tuple[int, int]:
