@@ -54,7 +54,8 @@ def make_step(framework, op, shape, threads):
         forward = {
             "gelu": lambda: F.gelu(x), "relu": lambda: F.relu(x),
             "layer_norm": lambda: F.layer_norm(x, shape[-1:], w, b),
-            "softmax": lambda: F.softmax(x, -1), "cross_entropy": lambda: F.cross_entropy(x, target),
+            "softmax": lambda: F.softmax(x, -1),
+            "cross_entropy": lambda: F.cross_entropy(x.reshape(-1, shape[-1]), target.reshape(-1)),
         }[op]
 
     def step():  # gradients set to None first, as a training step does: no accumulation timed

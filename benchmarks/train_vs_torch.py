@@ -61,7 +61,8 @@ def torch_model(task, ours):
                                       ("norm2", "norm2")):
             for p in ("weight", "bias"):
                 mapped[f"{prefix}{torch_name}.{p}"] = sd[f"{prefix}{ours_name}.{p}"]
-    model.load_state_dict({k: torch.tensor(v) for k, v in mapped.items()})
+    model.load_state_dict({k: torch.tensor(v.detach().numpy() if hasattr(v, "detach") else v)
+                           for k, v in mapped.items()})
     return model
 
 

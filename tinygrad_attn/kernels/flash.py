@@ -200,8 +200,9 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
     Returns out (P, Q, Tq, dv), laid out like q, and lse (P, Q, Tq).
     """
     out, lse = new_like(q, v.shape[3]), np.empty(q.shape[:3], q.dtype)  # out laid out like the q given
-    q, k, v = dense_rows(q), dense_rows(k), dense_rows(v)
     groups, tq, tk, tile, threads = _plan_of(q, k, v)
+    reused = tq > tile[0] or tk > tile[1]  # rows read again for other tiles
+    q, k, v = dense_rows(q, reused), dense_rows(k, reused), dense_rows(v, reused)
     bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
     parallel.run_plan(_forward_parallel, attend_query_blocks, forward_plan(groups, tq, tk, causal, tile, threads),
              q, k, v, bias, has_bias, q.dtype.type(scale), causal, *tile, out, lse, gemm_for(q.dtype))
@@ -211,10 +212,11 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
 def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, grads=None):
     """dq, dk, dv (P, Q, T, d) each, for the forward above; `grads` may give three zero-filled arrays to
     receive them (such as views into one packed gradient)."""
-    grad_out, q, k, v = dense_rows(grad_out), dense_rows(q), dense_rows(k), dense_rows(v)
     groups, tq, tk, tile, threads = _plan_of(q, k, v)
-    edges, plan = backward_plan(groups, tq, tk, causal, tile, threads)
     dq, dk, dv = grads if grads is not None else (new_like(a, a.shape[3], np.zeros) for a in (q, k, v))
+    reused = tq > tile[0] or tk > tile[1]  # rows read again for other tiles
+    grad_out, q, k, v = (dense_rows(a, reused) for a in (grad_out, q, k, v))
+    edges, plan = backward_plan(groups, tq, tk, causal, tile, threads)
     n_ranges = len(edges) - 1
     dq_parts = dq[None] if n_ranges <= 1 else np.zeros((n_ranges,) + q.shape, q.dtype)
     bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)

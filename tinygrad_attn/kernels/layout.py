@@ -58,13 +58,15 @@ def new_like(a: np.ndarray, last: int, fill=np.empty) -> np.ndarray:
     return fill((p, n, t, last), a.dtype)
 
 
-def dense_rows(a: np.ndarray) -> np.ndarray:
-    """a (P, Q, T, d) itself when each (T, d) matrix is one block of memory, else a contiguous copy: the
-    kernels read each row many times, and BLAS copies rows that lie far apart (q, k, v as views of one
-    packed (B, T, 3, H, d) projection, a gradient broadcast from a sum) several times slower."""
+def dense_rows(a: np.ndarray, reused: bool = True) -> np.ndarray:
+    """a (P, Q, T, d) itself, or a contiguous copy: when its rows are not unit-stride (what BLAS reads in
+    place, such as a gradient broadcast from a sum), or when they lie apart (q, k, v as views of one packed
+    (B, T, 3, H, d) projection) and are `reused` by several tiles: BLAS copies each operand into its own
+    layout at every call, and rows far apart several times slower."""
     item = a.itemsize
-    dense = (a.shape[3] <= 1 or a.strides[3] == item) and (a.shape[2] <= 1 or a.strides[2] == a.shape[3] * item)
-    return a if dense else np.ascontiguousarray(a)
+    unit = a.shape[3] <= 1 or a.strides[3] == item
+    together = a.shape[2] <= 1 or a.strides[2] == a.shape[3] * item
+    return a if unit and (together or not reused) else np.ascontiguousarray(a)
 
 
 def tile_shape(tq: int, tk: int, d: int) -> tuple[int, int]:
