@@ -20,6 +20,7 @@ import numpy as np
 
 from . import rng
 from .engine import Function, ScopedSetting
+from .kernels import buffers
 from .kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from .kernels.flash import flash_attention_backward, flash_attention_forward
 from .kernels.gelu import gelu_backward, gelu_forward
@@ -237,7 +238,7 @@ class FlashAttention(Function):
         if not packed:
             grads = flash_attention_backward(grad, q, k, v, out, lse, ctx.scale, ctx.causal, grid_mask)
             return tuple(d.reshape(ctx.lead + d.shape[2:]) for d in grads)  # (..., T, d) each
-        grad_qkv = np.zeros(ctx.inputs[0].shape, grad.dtype)  # (..., T, 3, H, d): the three written in place
+        grad_qkv = buffers.zeros(ctx.inputs[0].shape, grad.dtype)  # (..., T, 3, H, d): the three written in place
         *targets, _ = _heads((grad_qkv,))
         in_place = all(np.may_share_memory(t, grad_qkv) for t in targets)  # not when the grid had to be copied
         grads = flash_attention_backward(grad, q, k, v, out, lse, ctx.scale, ctx.causal, grid_mask,

@@ -21,6 +21,7 @@ import ctypes
 import ctypes.util
 import os
 
+from .kernels import buffers
 from .kernels.parallel import set_num_threads
 
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
@@ -51,3 +52,9 @@ def configure(threads: int | None = None, allocator: bool = True) -> dict:
     if allocator:
         done["allocator"] = keep_freed_memory()
     return done
+
+
+def empty_cache() -> None:
+    """Give back the memory the library keeps for reuse (kernels/buffers.py) that no array uses now, like
+    `torch.cuda.empty_cache` for PyTorch's caching allocator."""
+    buffers.release()

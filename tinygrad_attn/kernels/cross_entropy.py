@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from . import SAFE_FASTMATH
+from . import SAFE_FASTMATH, buffers
 from .parallel import run_rows
 from .softmax import _NO_MASK, row_max_and_sum
 from .vector import exp_vectorizable, part_rows, wide_vectors
@@ -78,7 +78,7 @@ def cross_entropy_forward(x, target, ignore_index):
 
 def cross_entropy_backward(x, target, lse, row_grad, ignore_index):
     """dx (N, C) = row_grad[:, None] * (softmax(x) - onehot(target)); targets were checked by the forward."""
-    dx = np.empty_like(x)
+    dx = buffers.empty(x.shape, x.dtype)
     run_rows(_backward_parallel, _backward_rows, x.size * 2, x, target, lse, row_grad, ignore_index, dx)
     return dx
 

@@ -33,7 +33,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from . import parallel
+from . import buffers, parallel
 from .blas import gemm_for, matmul_into
 from .layout import backward_plan, dense_rows, forward_plan, new_like, tile_shape
 from .tiles import online_softmax, probs_from_lse, score_gradient
@@ -199,7 +199,7 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
 
     Returns out (P, Q, Tq, dv), laid out like q, and lse (P, Q, Tq).
     """
-    out, lse = new_like(q, v.shape[3]), np.empty(q.shape[:3], q.dtype)  # out laid out like the q given
+    out, lse = new_like(q, v.shape[3]), buffers.empty(q.shape[:3], q.dtype)  # out laid out like the q given
     groups, tq, tk, tile, threads = _plan_of(q, k, v)
     reused = tq > tile[0] or tk > tile[1]  # rows read again for other tiles
     q, k, v = dense_rows(q, reused), dense_rows(k, reused), dense_rows(v, reused)
@@ -213,12 +213,12 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, g
     """dq, dk, dv (P, Q, T, d) each, for the forward above; `grads` may give three zero-filled arrays to
     receive them (such as views into one packed gradient)."""
     groups, tq, tk, tile, threads = _plan_of(q, k, v)
-    dq, dk, dv = grads if grads is not None else (new_like(a, a.shape[3], np.zeros) for a in (q, k, v))
+    dq, dk, dv = grads if grads is not None else (new_like(a, a.shape[3], buffers.zeros) for a in (q, k, v))
     reused = tq > tile[0] or tk > tile[1]  # rows read again for other tiles
     grad_out, q, k, v = (dense_rows(a, reused) for a in (grad_out, q, k, v))
     edges, plan = backward_plan(groups, tq, tk, causal, tile, threads)
     n_ranges = len(edges) - 1
-    dq_parts = dq[None] if n_ranges <= 1 else np.zeros((n_ranges,) + q.shape, q.dtype)
+    dq_parts = dq[None] if n_ranges <= 1 else buffers.zeros((n_ranges,) + q.shape, q.dtype)
     bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
     parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, out, lse, bias, has_bias,
              q.dtype.type(scale), causal, *tile, edges, dq_parts, dk, dv, gemm_for(q.dtype))

@@ -22,7 +22,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from . import SAFE_FASTMATH
+from . import SAFE_FASTMATH, buffers
 from .parallel import run_rows
 from .vector import exp_vectorizable, part_rows, wide_vectors
 
@@ -118,7 +118,7 @@ def _gelu_parallel(x, out, grad, form, parts):
 
 def _run(x: np.ndarray, grad: np.ndarray, approximate: bool) -> np.ndarray:
     form = 2 if approximate else 0 if x.dtype == np.float32 else 1
-    out = np.empty_like(x)
+    out = buffers.empty(x.shape, x.dtype)
     serial = (_erf_gelu_f32, _erf_gelu_exact, _tanh_gelu)[form]
     run_rows(_gelu_parallel, lambda *args: serial(*args[:3]), x.size * 8, x, out, grad, form)  # all of x
     return out

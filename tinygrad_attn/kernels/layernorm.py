@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from . import SAFE_FASTMATH
+from . import SAFE_FASTMATH, buffers
 from .parallel import row_parts, run_rows
 from .vector import part_rows, wide_vectors
 
@@ -87,14 +87,14 @@ def _backward_all_rows(grad, x, weight, mean, rstd, dx, dw, db, start, stop):
 
 def layer_norm_forward(x, weight, bias, eps):
     """Returns (y, mean, rstd); mean and rstd (R,) are saved for the backward."""
-    y, mean, rstd = np.empty_like(x), np.empty(x.shape[0], x.dtype), np.empty(x.shape[0], x.dtype)
+    y, mean, rstd = buffers.empty(x.shape, x.dtype), np.empty(x.shape[0], x.dtype), np.empty(x.shape[0], x.dtype)
     run_rows(_forward_parallel, _forward_rows, x.size * 3, x, weight, bias, x.dtype.type(eps), y, mean, rstd)
     return y, mean, rstd
 
 
 def layer_norm_backward(grad, x, weight, mean, rstd):
     """(dx (R, N), dw (N,), db (N,)) from the closed form above."""
-    dx = np.empty_like(x)
+    dx = buffers.empty(x.shape, x.dtype)
     parts = row_parts(x.shape[0], x.size * 4)
     dw, db = np.zeros((parts, x.shape[1]), x.dtype), np.zeros((parts, x.shape[1]), x.dtype)
     run_rows(_backward_parallel, _backward_all_rows, x.size * 4, grad, x, weight, mean, rstd, dx, dw, db)

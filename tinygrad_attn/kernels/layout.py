@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from . import buffers
 from .blas import ONE_THREAD_PRODUCT
 
 MAX_KEYS = 128  # key columns per tile
@@ -50,7 +51,7 @@ def grid_bias(bias: np.ndarray | None, lead: tuple[int, ...]) -> np.ndarray | No
     return as_group_grid(np.broadcast_to(bias, lead + bias.shape[-2:]))
 
 
-def new_like(a: np.ndarray, last: int, fill=np.empty) -> np.ndarray:
+def new_like(a: np.ndarray, last: int, fill=buffers.empty) -> np.ndarray:
     """A new (P, Q, T, last) array laid out like `a`: heads interleaved within rows when a's are."""
     p, n, t, _ = a.shape
     if n > 1 and t > 1 and a.strides[1] < a.strides[2]:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from . import buffers
 from .blas import (
     ONE_THREAD_PRODUCT,
     blas_operand,
@@ -187,15 +188,15 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             or 0 in a.shape + b.shape):
         return a @ b  # numpy's own checks, messages and promotions for anything else
     m, k, n_cols = a.shape[0], a.shape[1], b.shape[1]
+    out = buffers.empty((m, n_cols), a.dtype)
     work = float(m) * k * n_cols
     n = threads_for(work, MIN_PRODUCT_WORK)
     blas_alone = blas_threads() == 1
     if work <= ONE_THREAD_PRODUCT or (n <= 1 and blas_alone):
-        return a @ b
+        return np.matmul(a, b, out=out)
     gemm, a_operand, b_operand = gemm_for(a.dtype), blas_operand(a), blas_operand(b)
     if gemm is None or a_operand is None or b_operand is None:
-        return a @ b
-    out = np.empty((m, n_cols), a.dtype)
+        return np.matmul(a, b, out=out)
     rows, cols, depth = (product_parts(m, k, n_cols, n) if blas_alone else
                          product_blocks(m, k, n_cols, a_operand[0], b_operand[0]))
     blocks = -(-m // rows) * -(-n_cols // cols)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from . import SAFE_FASTMATH
+from . import SAFE_FASTMATH, buffers
 from .parallel import run_rows
 from .vector import maximum, part_rows, wide_vectors
 
@@ -37,7 +37,7 @@ def _relu_parallel(x, grad, out, parts):
 
 def _run(x: np.ndarray, grad: np.ndarray) -> np.ndarray:
     flat = np.ascontiguousarray(x).reshape(-1)
-    out = np.empty_like(flat)
+    out = buffers.empty(flat.shape, flat.dtype)
     run_rows(_relu_parallel, lambda *args: _relu(*args[:3]), flat.size, flat, grad, out)
     return out.reshape(x.shape)
 

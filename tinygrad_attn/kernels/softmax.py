@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from . import SAFE_FASTMATH
+from . import SAFE_FASTMATH, buffers
 from .parallel import run_rows
 from .vector import exp_vectorizable, maximum, part_rows, wide_vectors
 
@@ -149,7 +149,7 @@ def _log_softmax_backward_parallel(y, grad, lse, dx, parts):
 
 def softmax_forward(x: np.ndarray, keep: np.ndarray, log: bool) -> tuple[np.ndarray, np.ndarray]:
     """Returns (y, lse): probabilities (or log-probabilities) and per-row log-sum-exp (-inf for dead rows)."""
-    out, lse = np.empty_like(x), np.empty(x.shape[0], x.dtype)
+    out, lse = buffers.empty(x.shape, x.dtype), np.empty(x.shape[0], x.dtype)
     drivers = (_log_softmax_parallel, _log_softmax_rows) if log else (_softmax_parallel, _softmax_rows)
     run_rows(*drivers, x.size * 4, x, keep, out, lse)
     return out, lse
@@ -157,14 +157,14 @@ def softmax_forward(x: np.ndarray, keep: np.ndarray, log: bool) -> tuple[np.ndar
 
 def softmax_backward(y: np.ndarray, grad: np.ndarray) -> np.ndarray:
     """dx = y * (g - sum(g * y)) row by row; zero where y is 0."""
-    dx = np.empty_like(y)
+    dx = buffers.empty(y.shape, y.dtype)
     run_rows(_softmax_backward_parallel, _softmax_backward_rows, y.size * 2, y, grad, dx)
     return dx
 
 
 def log_softmax_backward(y: np.ndarray, grad: np.ndarray, lse: np.ndarray) -> np.ndarray:
     """dx = g - exp(y) * sum(g) over live entries; zero for masked entries and dead rows."""
-    dx = np.empty_like(y)
+    dx = buffers.empty(y.shape, y.dtype)
     run_rows(_log_softmax_backward_parallel, _log_softmax_backward_rows, y.size * 4, y, grad, lse, dx)
     return dx
 
