@@ -7,6 +7,8 @@ several threads can run it at once. All parallel work is one mechanism
 kernel, blocks of a large product, attention's (group, query block) and
 (group, key range) items), with no Python inside. Products inside compiled
 code call numpy's own BLAS through blas.py's `matmul_into`.
+Their large outputs live in memory reused once no array refers to it
+(buffers.py).
 """
 
 # Reassociation and contraction let LLVM vectorise reductions.
