@@ -1,6 +1,7 @@
 """The attention core's seam (`sdpa_kernel`), its math path, empty and NaN inputs on both paths,
 concurrent calls from several threads, and what importing the library leaves untouched."""
 
+import gc
 import json
 import os
 import subprocess
@@ -354,7 +355,9 @@ def test_nan_reaches_the_same_entries_on_both_paths(t, masking):
 def test_no_python_runs_inside_attentions_parallel_work(monkeypatch):
     """Attention's parts on numba's threads need no GIL: the calling thread holds it all along (a long
     switch interval keeps it from being handed over) while the parts run to the end. A part that ran
-    Python (a callback into the interpreter) would wait for the GIL until the deadline."""
+    Python (a callback into the interpreter) would wait for the GIL until the deadline. The worker thread
+    makes one call first: after other Python threads have run parallel work, a thread's first parallel
+    call waits for the GIL once, in numba's setup of that thread's team, not in the library's code."""
     from tinygrad_attn.kernels import flash, layout
 
     if not parallel._numba_ready():
@@ -369,13 +372,26 @@ def test_no_python_runs_inside_attentions_parallel_work(monkeypatch):
             flash.gemm_for(q.dtype), *plan)
     kernel = parallel.any_layout(flash._forward_parallel)
     kernel(*args)  # compiled before the clock starts
+    ready, go, started, done = threading.Event(), threading.Event(), threading.Event(), []
+
+    def work():
+        kernel(*args)  # this thread's first parallel call sets up its own thread team
+        ready.set()
+        go.wait()
+        started.set()
+        kernel(*args)
+        done.append(1)
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    ready.wait()
     lse[...] = np.nan
-    started, done = threading.Event(), []
-    worker = threading.Thread(target=lambda: (started.set(), kernel(*args), done.append(1)), daemon=True)
     interval = sys.getswitchinterval()
+    gc.collect()  # no collection in the worker before it enters the kernel: a finalizer may let go of the GIL
+    gc.disable()
     sys.setswitchinterval(100.0)
     try:
-        worker.start()
+        go.set()
         started.wait()
         deadline, flat = time.perf_counter() + 20, lse.reshape(-1)
         while time.perf_counter() < deadline and any(flat[i] != flat[i] for i in range(flat.size)):
@@ -383,6 +399,7 @@ def test_no_python_runs_inside_attentions_parallel_work(monkeypatch):
         filled = not any(flat[i] != flat[i] for i in range(flat.size))
     finally:
         sys.setswitchinterval(interval)
+        gc.enable()
     worker.join(60)
     assert filled and done
     np.testing.assert_allclose(out, flash.attention_reference(q, k, v, 0.2, True, None), rtol=1e-4, atol=1e-5)

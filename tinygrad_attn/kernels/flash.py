@@ -130,6 +130,7 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
     s_buf, dp_buf, delta = np.empty(bq * bk, q.dtype), np.empty(bq * bk, q.dtype), np.empty(bq, q.dtype)
     kt_buf, vt_buf = np.empty(d * bk, q.dtype), np.empty(d_v * bk, q.dtype)
     dk_buf, dv_buf = np.empty(bk * d, q.dtype), np.empty(bk * d_v, q.dtype)  # this key tile's dK and dV
+    in_place = dk.strides[2] == d * dk.itemsize and dv.strides[2] == d_v * dv.itemsize  # rows together
     for item in items:
         group, r = divmod(item, n_ranges)
         a, b = divmod(group, n_inner)
@@ -138,7 +139,9 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
             c1 = min(c0 + bk, tk)
             n = c1 - c0
             k_tile, k_t, v_t = k[a, b, c0:c1], kt_buf[:d * n].reshape((d, n)), vt_buf[:d_v * n].reshape((d_v, n))
-            dk_tile, dv_tile = dk_buf[:n * d].reshape((n, d)), dv_buf[:n * d_v].reshape((n, d_v))  # (bk, d), (bk, dv)
+            dk_tile, dv_tile = dk[a, b, c0:c1], dv[a, b, c0:c1]  # (bk, d), (bk, dv)
+            if not in_place:  # summed apart, written once
+                dk_tile, dv_tile = dk_buf[:n * d].reshape((n, d)), dv_buf[:n * d_v].reshape((n, d_v))
             transpose_into(k_tile, scale, k_t)  # (scale k)^T: (d, bk)
             transpose_into(v[a, b, c0:c1], 1.0, v_t)  # v^T: (dv, bk)
             first = (c0 // bq) * bq if causal else 0  # query rows before c0 see none of these keys
@@ -162,8 +165,9 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
                 score_gradient(s, dp, delta, scale)  # dP <- scale dS, dS = P (dP - delta)
                 matmul_into(dp, k_tile, dq[r0:r1], 1.0, 1.0, gemm)  # dQ += scale dS k: (bq, bk) (bk, d)
                 matmul_into(dp.T, q_rows, dk_tile, 1.0, again, gemm)  # dK += scale dS^T q: (bk, bq) (bq, d)
-            copy_into(dk_tile, dk[a, b, c0:c1])
-            copy_into(dv_tile, dv[a, b, c0:c1])
+            if not in_place:
+                copy_into(dk_tile, dk[a, b, c0:c1])
+                copy_into(dv_tile, dv[a, b, c0:c1])
 
 
 @njit(cache=True, nogil=True, parallel=True)
