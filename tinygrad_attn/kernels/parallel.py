@@ -190,9 +190,11 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     m, k, n_cols = a.shape[0], a.shape[1], b.shape[1]
     out = buffers.empty((m, n_cols), a.dtype)
     work = float(m) * k * n_cols
+    if work <= ONE_THREAD_PRODUCT:  # one block: BLAS runs it on this thread
+        return np.matmul(a, b, out=out)
     n = threads_for(work, MIN_PRODUCT_WORK)
     blas_alone = blas_threads() == 1
-    if work <= ONE_THREAD_PRODUCT or (n <= 1 and blas_alone):
+    if n <= 1 and blas_alone:
         return np.matmul(a, b, out=out)
     gemm, a_operand, b_operand = gemm_for(a.dtype), blas_operand(a), blas_operand(b)
     if gemm is None or a_operand is None or b_operand is None:
