@@ -192,10 +192,12 @@ def _bias(bias, shape, dtype):
 
 
 def _plan_of(q, k, v):
+    """(groups, Tq, Tk, tile, threads, reused): reused when some rows are read by more than one tile."""
     (n_outer, n_inner, tq, d), tk = q.shape, k.shape[2]
     tile = tile_shape(tq, tk, max(d, v.shape[3]))
     work = float(q.size) * tk + float(v.size) * tq  # multiply-adds of S = q k^T and P v
-    return n_outer * n_inner, tq, tk, tile, parallel.threads_for(work, parallel.MIN_ATTENTION_WORK)
+    threads = parallel.threads_for(work, parallel.MIN_ATTENTION_WORK)
+    return n_outer * n_inner, tq, tk, tile, threads, tq > tile[0] or tk > tile[1]
 
 
 def flash_attention_forward(q, k, v, scale, causal, bias):
@@ -204,8 +206,7 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
     Returns out (P, Q, Tq, dv), laid out like q, and lse (P, Q, Tq).
     """
     out, lse = new_like(q, v.shape[3]), buffers.empty(q.shape[:3], q.dtype)  # out laid out like the q given
-    groups, tq, tk, tile, threads = _plan_of(q, k, v)
-    reused = tq > tile[0] or tk > tile[1]  # rows read again for other tiles
+    groups, tq, tk, tile, threads, reused = _plan_of(q, k, v)
     q, k, v = dense_rows(q, reused), dense_rows(k, reused), dense_rows(v, reused)
     bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
     parallel.run_plan(_forward_parallel, attend_query_blocks, forward_plan(groups, tq, tk, causal, tile, threads),
@@ -216,9 +217,8 @@ def flash_attention_forward(q, k, v, scale, causal, bias):
 def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, grads=None):
     """dq, dk, dv (P, Q, T, d) each, for the forward above; `grads` may give three zero-filled arrays to
     receive them (such as views into one packed gradient)."""
-    groups, tq, tk, tile, threads = _plan_of(q, k, v)
+    groups, tq, tk, tile, threads, reused = _plan_of(q, k, v)
     dq, dk, dv = grads if grads is not None else (new_like(a, a.shape[3], buffers.zeros) for a in (q, k, v))
-    reused = tq > tile[0] or tk > tile[1]  # rows read again for other tiles
     grad_out, q, k, v = (dense_rows(a, reused) for a in (grad_out, q, k, v))
     edges, plan = backward_plan(groups, tq, tk, causal, tile, threads)
     n_ranges = len(edges) - 1
@@ -227,7 +227,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, g
     parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, out, lse, bias, has_bias,
              q.dtype.type(scale), causal, *tile, edges, dq_parts, dk, dv, gemm_for(q.dtype))
     if n_ranges > 1:
-        dq[...] = dq_parts.sum(axis=0)
+        dq_parts.sum(axis=0, out=dq)
     return dq, dk, dv
 
 
