@@ -436,12 +436,12 @@ def _tile_probs_reference(scores, q_start, k_start, causal, shift=None):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("keys", [(2, tiles.SHORT_ROW), (tiles.SHORT_ROW + 1, tiles.SHORT_ROW + 20)])
+@pytest.mark.parametrize("keys", [(1, 20), (60, 140)])  # a tile's keys: few, and past a 512-bit vector's multiples
 @given(data=st.data(), bq=st.integers(1, 5), starts=st.sampled_from([(0, 0), (3, 0), (0, 2), (70, 5)]),
        causal=st.booleans(), seed=st.integers(0, 2**16))
 def test_online_softmax_and_probs_match_numpy_on_short_and_long_rows(dtype, keys, data, bq, starts, causal, seed):
-    """online_softmax over a row's keys in one tile and in two, and probs_from_lse, against numpy on rows
-    either side of SHORT_ROW (one exp over the whole tile below it, one per row above), with masked (-inf)
+    """online_softmax over a row's keys in one tile and in two, and exp_shifted by lse, against numpy on rows
+    of few and of many keys (the whole tile exponentiated as one flat array), with masked (-inf)
     scores, a row with nothing visible, and a NaN."""
     bk = data.draw(st.integers(*keys))
     rng = np.random.default_rng(seed)
@@ -467,7 +467,7 @@ def test_online_softmax_and_probs_match_numpy_on_short_and_long_rows(dtype, keys
     np.testing.assert_allclose((first * alpha[:, None])[seen], got[seen, :half], **tol(dtype))
     want_p, _ = _tile_probs_reference(scores, *starts, causal, shift=lse)
     got_p = scores.copy()
-    tiles.probs_from_lse(got_p, lse, *starts, causal)
+    tiles.exp_shifted(got_p, lse, *starts, causal)
     np.testing.assert_allclose(got_p, want_p, **tol(dtype))
     np.testing.assert_allclose(got_p, want, **tol(dtype))  # exp(S - lse) is the softmax again
 

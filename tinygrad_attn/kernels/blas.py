@@ -20,8 +20,10 @@ import glob
 import os
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, prange, types
-from numba.extending import overload
+from numba.core import cgutils
+from numba.extending import lower_builtin, type_callable
 
 from .vector import part_rows
 
@@ -123,25 +125,46 @@ def _matmul_loops(a, b, out, alpha, beta):
                 out[i, j] += x * b[p, j]
 
 
-def _matmul_gemm(a, b, out, alpha, beta, gemm):
-    m, k, n = a.shape[0], a.shape[1], b.shape[1]
-    ta, lda = _operand(m, k, a.strides[0], a.strides[1], a.itemsize)
-    tb, ldb = _operand(k, n, b.strides[0], b.strides[1], b.itemsize)
-    to, ldo = _operand(m, n, out.strides[0], out.strides[1], out.itemsize)
-    if m == 0 or n == 0:
+def _gemm_views(a, a_m, a_k, a_rows, a_cols, b, b_k, b_n, b_rows, b_cols, out, o_m, o_n, o_rows, o_cols, item,
+                alpha, beta, gemm):
+    """BLAS's gemm on three views, each given as (address, shape, strides in bytes)."""
+    ta, lda = _operand(a_m, a_k, a_rows, a_cols, item)
+    tb, ldb = _operand(b_k, b_n, b_rows, b_cols, item)
+    to, ldo = _operand(o_m, o_n, o_rows, o_cols, item)
+    if o_m == 0 or o_n == 0:
         return
     if ta == 0 or tb == 0 or to != NO_TRANS:  # never from flash.py, whose callers lay every operand out for BLAS
         raise ValueError("matmul_into: an operand BLAS cannot read in place")
-    real = out.dtype.type  # with k = 0, BLAS sets out to beta out
-    gemm(ROW_MAJOR, ta, tb, m, n, k, real(alpha), np.int64(a.ctypes.data), lda, np.int64(b.ctypes.data), ldb,
-         real(beta), np.int64(out.ctypes.data), ldo)
+    gemm(ROW_MAJOR, ta, tb, o_m, o_n, a_k, alpha, a, lda, b, ldb, beta, out, ldo)  # with k = 0: out <- beta out
 
 
-@overload(matmul_into)
-def _matmul_into_compiled(a, b, out, alpha, beta, gemm):
-    if isinstance(gemm, types.NoneType):
-        return lambda a, b, out, alpha, beta, gemm: _matmul_loops(a, b, out, alpha, beta)
-    return _matmul_gemm
+# Compiled, matmul_into is lowered by hand rather than through @overload: an overload compiles a version for
+# each combination of the three views' layouts (six in flash attention, about 0.1 s each on a first run),
+# where this passes each view as its address, shape and strides to one version per dtype of _gemm_views.
+@type_callable(matmul_into)
+def _type_matmul_into(context):
+    def typer(a, b, out, alpha, beta, gemm):
+        if all(isinstance(x, types.Array) and x.ndim == 2 for x in (a, b, out)):
+            return types.none
+        return None
+    return typer
+
+
+@lower_builtin(matmul_into, types.Array, types.Array, types.Array, types.Number, types.Number, types.Any)
+def _lower_matmul_into(context, builder, sig, args):
+    gemm_type, real = sig.args[5], sig.args[2].dtype
+    if isinstance(gemm_type, types.NoneType):
+        return context.compile_internal(builder, lambda a, b, out, alpha, beta, gemm: _matmul_loops(
+            a, b, out, alpha, beta), sig, args)
+    views = []
+    for array_type, value in zip(sig.args[:3], args[:3]):
+        array = context.make_array(array_type)(context, builder, value=value)
+        views += [builder.ptrtoint(array.data, ir.IntType(64)), *cgutils.unpack_tuple(builder, array.shape, 2),
+                  *cgutils.unpack_tuple(builder, array.strides, 2)]
+    views.append(context.get_constant(types.int64, real.bitwidth // 8))
+    scalars = [context.cast(builder, v, t, real) for v, t in zip(args[3:5], sig.args[3:5])]
+    return context.compile_internal(builder, _gemm_views, types.none(*[types.int64] * 16, real, real, gemm_type),
+                                    views + scalars + [args[5]])
 
 
 def product_blocks(m: int, k: int, n: int, a_flag: int, b_flag: int) -> tuple[int, int, int]:

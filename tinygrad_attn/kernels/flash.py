@@ -35,11 +35,11 @@ from numba import njit, prange
 
 from . import buffers, parallel
 from .blas import gemm_for, matmul_into
-from .layout import backward_plan, dense_rows, forward_plan, new_like, tile_shape
-from .tiles import online_softmax, probs_from_lse, score_gradient
+from .layout import backward_plan, dense_rows, forward_plan, new_like, rows_apart, tile_shape
+from .tiles import exp_shifted, online_softmax, score_gradient
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def transpose_into(tile, factor, out):
     """out (d, bk) <- factor tile^T, contiguous: BLAS multiplies by a transposed right operand at about half
     its speed (numpy's OpenBLAS, row-major), so k^T and v^T are laid out once per key tile."""
@@ -48,39 +48,22 @@ def transpose_into(tile, factor, out):
             out[c, j] = tile[j, c] * factor
 
 
-@njit(cache=True, nogil=True)
-def copy_into(tile, out):
-    """out (r, c) <- tile: results summed in a contiguous scratch tile go to their place (perhaps a view whose
-    rows lie far apart, such as heads interleaved in (B, T, H, d)) once, not at every product."""
-    for i in range(tile.shape[0]):
-        for c in range(tile.shape[1]):
-            out[i, c] = tile[i, c]
-
-
-@njit(cache=True, nogil=True)
-def scores_into(s, q_rows, k_t, bias, has_bias, a, b, r0, c0, gemm):
-    """s (bq, bk) <- q (scale k)^T + bias, for the rows from r0 and the keys from c0 of group (a, b)."""
+@njit(cache=True, nogil=True, inline="always")
+def scores_into(s, q_rows, k_t, bias, has_bias, gemm):
+    """s (bq, bk) <- q (scale k)^T + bias, the bias tile (bq, bk) added only if has_bias."""
     matmul_into(q_rows, k_t, s, 1.0, 0.0, gemm)  # S = q (scale k)^T: (bq, d) (d, bk) -> (bq, bk)
     if has_bias:
         for i in range(s.shape[0]):
             for j in range(s.shape[1]):
-                s[i, j] += bias[a, b, r0 + i, c0 + j]
+                s[i, j] += bias[i, j]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def scale_rows(a, factor):
     """a (r, c) <- a * factor[:, None] (loops: numba's array expressions compile far slower)."""
     for i in range(a.shape[0]):
         for j in range(a.shape[1]):
             a[i, j] *= factor[i]
-
-
-@njit(cache=True, nogil=True)
-def zero(a):
-    """a (r, c) <- 0."""
-    for i in range(a.shape[0]):
-        for j in range(a.shape[1]):
-            a[i, j] = 0
 
 
 @njit(cache=True, nogil=True)
@@ -94,9 +77,10 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
     for item in items:
         group, block = divmod(item, n_blocks)
         a, b = divmod(group, n_inner)
+        q_g, k_g, v_g, bias_g = q[a, b], k[a, b], v[a, b], bias[a, b]  # (Tq, d), (Tk, d), (Tk, dv), (Tq, Tk)
         r0 = block * bq
         r1 = min(r0 + bq, tq)
-        q_rows, acc = q[a, b, r0:r1], acc_buf[:(r1 - r0) * d_v].reshape((r1 - r0, d_v))  # (bq, d), (bq, dv)
+        q_rows, acc = q_g[r0:r1], acc_buf[:(r1 - r0) * d_v].reshape((r1 - r0, d_v))  # (bq, d), (bq, dv)
         for i in range(r1 - r0):
             m[i] = -np.inf
             l[i] = 0
@@ -105,69 +89,56 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
             c1 = min(c0 + bk, key_stop)
             s = s_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
             k_t = kt_buf[:d * (c1 - c0)].reshape((d, c1 - c0))
-            transpose_into(k[a, b, c0:c1], scale, k_t)  # (scale k)^T: (d, bk)
-            scores_into(s, q_rows, k_t, bias, has_bias, a, b, r0, c0, gemm)
+            transpose_into(k_g[c0:c1], scale, k_t)  # (scale k)^T: (d, bk)
+            scores_into(s, q_rows, k_t, bias_g[r0:r1, c0:c1], has_bias, gemm)
             online_softmax(s, m, l, alpha, r0, c0, causal)  # S <- P = exp(S - m'), alpha = exp(m - m')
             if c0 > 0:
                 scale_rows(acc, alpha)  # acc alpha (the first tile has nothing to rescale)
-            matmul_into(s, v[a, b, c0:c1], acc, 1.0, 1.0 if c0 > 0 else 0.0, gemm)  # acc += P v: (bq, bk) (bk, dv)
-        if key_stop == 0:
-            zero(acc)  # no key seen
-        for i in range(r1 - r0):
-            alpha[i] = 1 / l[i] if l[i] != 0 else 0
-            lse[a, b, r0 + i] = m[i] + math.log(l[i]) if l[i] > 0 else (l[i] if l[i] != l[i] else -np.inf)
-        scale_rows(acc, alpha)  # out = acc / l, 0 where nothing is seen
-        copy_into(acc, out[a, b, r0:r1])
+            matmul_into(s, v_g[c0:c1], acc, 1.0, 1.0 if c0 > 0 else 0.0, gemm)  # acc += P v: (bq, bk) (bk, dv)
+        out_rows, lse_rows = out[a, b, r0:r1], lse[a, b, r0:r1]  # (bq, dv), (bq,)
+        for i in range(r1 - r0):  # out = acc / l, lse = m + log l; where nothing is seen 0 P v and -inf
+            lse_rows[i] = m[i] + math.log(l[i]) if l[i] > 0 else (l[i] if l[i] != l[i] else -np.inf)
+            inverse = 1 / l[i] if l[i] != 0 else 0
+            for c in range(d_v):
+                out_rows[i, c] = acc[i, c] * inverse if key_stop > 0 else 0  # no key at all: acc unset
 
 
 @njit(cache=True, nogil=True)
-def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
+def backward_key_ranges(grad, q, k, v, lse, delta, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
                         gemm, items):
-    """The backward for items group * n_ranges + key range, one after another: dk and dv of the range's
-    keys, written; dQ added into dq_parts[range]."""
+    """The backward for items group * n_ranges + key range, one after another: dK and dV of the range's
+    keys added into dk and dv, dQ into dq_parts[range] (all zero-filled)."""
     n_inner, tq, tk, n_ranges = q.shape[1], q.shape[2], k.shape[2], len(edges) - 1
     d, d_v = q.shape[3], v.shape[3]
-    s_buf, dp_buf, delta = np.empty(bq * bk, q.dtype), np.empty(bq * bk, q.dtype), np.empty(bq, q.dtype)
+    s_buf, dp_buf, lse_rows = np.empty(bq * bk, q.dtype), np.empty(bq * bk, q.dtype), np.empty(bq, q.dtype)
     kt_buf, vt_buf = np.empty(d * bk, q.dtype), np.empty(d_v * bk, q.dtype)
-    dk_buf, dv_buf = np.empty(bk * d, q.dtype), np.empty(bk * d_v, q.dtype)  # this key tile's dK and dV
-    in_place = dk.strides[2] == d * dk.itemsize and dv.strides[2] == d_v * dv.itemsize  # rows together
     for item in items:
         group, r = divmod(item, n_ranges)
         a, b = divmod(group, n_inner)
-        dq = dq_parts[r, a, b]  # (Tq, d): this range's share of dQ
+        q_g, k_g, v_g, bias_g, grad_g = q[a, b], k[a, b], v[a, b], bias[a, b], grad[a, b]  # this group's
+        dq_g, dk_g, dv_g = dq_parts[r, a, b], dk[a, b], dv[a, b]  # (Tq, d): this range's share of dQ
         for c0 in range(edges[r], edges[r + 1], bk):
             c1 = min(c0 + bk, tk)
             n = c1 - c0
-            k_tile, k_t, v_t = k[a, b, c0:c1], kt_buf[:d * n].reshape((d, n)), vt_buf[:d_v * n].reshape((d_v, n))
-            dk_tile, dv_tile = dk[a, b, c0:c1], dv[a, b, c0:c1]  # (bk, d), (bk, dv)
-            if not in_place:  # summed apart, written once
-                dk_tile, dv_tile = dk_buf[:n * d].reshape((n, d)), dv_buf[:n * d_v].reshape((n, d_v))
+            k_tile, k_t, v_t = k_g[c0:c1], kt_buf[:d * n].reshape((d, n)), vt_buf[:d_v * n].reshape((d_v, n))
+            dk_tile, dv_tile = dk_g[c0:c1], dv_g[c0:c1]  # (bk, d), (bk, dv)
             transpose_into(k_tile, scale, k_t)  # (scale k)^T: (d, bk)
-            transpose_into(v[a, b, c0:c1], 1.0, v_t)  # v^T: (dv, bk)
+            transpose_into(v_g[c0:c1], 1.0, v_t)  # v^T: (dv, bk)
             first = (c0 // bq) * bq if causal else 0  # query rows before c0 see none of these keys
-            if first >= tq:
-                zero(dk_tile)
-                zero(dv_tile)
             for r0 in range(first, tq, bq):
                 r1 = min(r0 + bq, tq)
-                q_rows, d_out = q[a, b, r0:r1], grad[a, b, r0:r1]  # (bq, d), (bq, dv)
+                q_rows, d_out = q_g[r0:r1], grad_g[r0:r1]  # (bq, d), (bq, dv)
                 s = s_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
                 dp = dp_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
-                scores_into(s, q_rows, k_t, bias, has_bias, a, b, r0, c0, gemm)
-                probs_from_lse(s, lse[a, b, r0:r1], r0, c0, causal)  # S <- P = exp(S - lse)
-                again = 1.0 if r0 > first else 0.0  # the first block writes dK and dV, the others add
-                matmul_into(s.T, d_out, dv_tile, 1.0, again, gemm)  # dV += P^T dO: (bk, bq) (bq, dv)
-                matmul_into(d_out, v_t, dp, 1.0, 0.0, gemm)  # dP = dO v^T: (bq, dv) (dv, bk)
+                scores_into(s, q_rows, k_t, bias_g[r0:r1, c0:c1], has_bias, gemm)
                 for i in range(r1 - r0):
-                    delta[i] = 0
-                    for c in range(d_out.shape[1]):
-                        delta[i] += d_out[i, c] * out[a, b, r0 + i, c]  # delta = rowsum(dO * out)
-                score_gradient(s, dp, delta, scale)  # dP <- scale dS, dS = P (dP - delta)
-                matmul_into(dp, k_tile, dq[r0:r1], 1.0, 1.0, gemm)  # dQ += scale dS k: (bq, bk) (bk, d)
-                matmul_into(dp.T, q_rows, dk_tile, 1.0, again, gemm)  # dK += scale dS^T q: (bk, bq) (bq, d)
-            if not in_place:
-                copy_into(dk_tile, dk[a, b, c0:c1])
-                copy_into(dv_tile, dv[a, b, c0:c1])
+                    lse_rows[i] = lse[a, b, r0 + i]
+                exp_shifted(s, lse_rows, r0, c0, causal)  # S <- P = exp(S - lse)
+                matmul_into(s.T, d_out, dv_tile, 1.0, 1.0, gemm)  # dV += P^T dO: (bk, bq) (bq, dv)
+                matmul_into(d_out, v_t, dp, 1.0, 0.0, gemm)  # dP = dO v^T: (bq, dv) (dv, bk)
+                score_gradient(s, dp, delta[a, b, r0:r1], scale)  # dP <- scale dS, dS = P (dP - delta)
+                matmul_into(dp, k_tile, dq_g[r0:r1], 1.0, 1.0, gemm)  # dQ += scale dS k: (bq, bk) (bk, d)
+                matmul_into(dp.T, q_rows, dk_tile, 1.0, 1.0, gemm)  # dK += scale dS^T q: (bk, bq) (bq, d)
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -178,17 +149,18 @@ def _forward_parallel(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse, 
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _backward_parallel(grad, q, k, v, out, lse, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv, gemm,
-                       bounds, items):
+def _backward_parallel(grad, q, k, v, lse, delta, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
+                       gemm, bounds, items):
     for p in prange(len(bounds) - 1):
-        backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
+        backward_key_ranges(grad, q, k, v, lse, delta, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
                             gemm, items[bounds[p]:bounds[p + 1]])
 
 
 def _bias(bias, shape, dtype):
-    """The grid bias broadcast (no copy) to the whole (P, Q, Tq, Tk), or a stand-in never read."""
-    return (np.zeros((1, 1, 1, 1), dtype), False) if bias is None else (np.broadcast_to(bias.astype(dtype, copy=False),
-                                                                                     shape), True)
+    """The grid bias broadcast (no copy) to the whole (P, Q, Tq, Tk), and whether there is one (else zeros, never
+    read)."""
+    grid = np.zeros((1, 1, 1, 1), dtype) if bias is None else bias.astype(dtype, copy=False)
+    return np.broadcast_to(grid, shape), bias is not None
 
 
 def _plan_of(q, k, v):
@@ -218,17 +190,22 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, g
     """dq, dk, dv (P, Q, T, d) each, for the forward above; `grads` may give three zero-filled arrays to
     receive them (such as views into one packed gradient)."""
     groups, tq, tk, tile, threads, reused = _plan_of(q, k, v)
-    dq, dk, dv = grads if grads is not None else (new_like(a, a.shape[3], buffers.zeros) for a in (q, k, v))
+    dq, dk_to, dv_to = grads if grads is not None else (new_like(a, a.shape[3], buffers.zeros) for a in (q, k, v))
+    dk, dv = (buffers.zeros(a.shape, a.dtype) if rows_apart(a, reused) else a for a in (dk_to, dv_to))  # summed here
     grad_out, q, k, v = (dense_rows(a, reused) for a in (grad_out, q, k, v))
     edges, plan = backward_plan(groups, tq, tk, causal, tile, threads)
     n_ranges = len(edges) - 1
     dq_parts = dq[None] if n_ranges <= 1 else buffers.zeros((n_ranges,) + q.shape, q.dtype)
     bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
-    parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, out, lse, bias, has_bias,
+    delta = np.einsum("pqtc,pqtc->pqt", grad_out, out, out=buffers.empty(lse.shape, lse.dtype))  # rowsum(dO * out)
+    parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, lse, delta, bias, has_bias,
              q.dtype.type(scale), causal, *tile, edges, dq_parts, dk, dv, gemm_for(q.dtype))
     if n_ranges > 1:
         dq_parts.sum(axis=0, out=dq)
-    return dq, dk, dv
+    for summed, to in ((dk, dk_to), (dv, dv_to)):
+        if summed is not to:
+            to[...] = summed
+    return dq, dk_to, dv_to
 
 
 def attention_reference(q, k, v, scale, causal, bias):

@@ -59,15 +59,20 @@ def new_like(a: np.ndarray, last: int, fill=buffers.empty) -> np.ndarray:
     return fill((p, n, t, last), a.dtype)
 
 
-def dense_rows(a: np.ndarray, reused: bool = True) -> np.ndarray:
-    """a (P, Q, T, d) itself, or a contiguous copy: when its rows are not unit-stride (what BLAS reads in
-    place, such as a gradient broadcast from a sum), or when they lie apart (q, k, v as views of one packed
-    (B, T, 3, H, d) projection) and are `reused` by several tiles: BLAS copies each operand into its own
-    layout at every call, and rows far apart several times slower."""
+def rows_apart(a: np.ndarray, reused: bool = True) -> bool:
+    """Whether a (P, Q, T, d) is better copied to contiguous rows: when its rows are not unit-stride (what
+    BLAS reads in place, such as a gradient broadcast from a sum), or when they lie apart (q, k, v as views
+    of one packed (B, T, 3, H, d) projection) and are `reused` by several tiles: BLAS copies each operand into
+    its own layout at every call, and rows far apart several times slower."""
     item = a.itemsize
     unit = a.shape[3] <= 1 or a.strides[3] == item
     together = a.shape[2] <= 1 or a.strides[2] == a.shape[3] * item
-    return a if unit and (together or not reused) else np.ascontiguousarray(a)
+    return not unit or (reused and not together)
+
+
+def dense_rows(a: np.ndarray, reused: bool = True) -> np.ndarray:
+    """a itself, or a contiguous copy when its rows are apart (`rows_apart`)."""
+    return np.ascontiguousarray(a) if rows_apart(a, reused) else a
 
 
 def tile_shape(tq: int, tk: int, d: int) -> tuple[int, int]:

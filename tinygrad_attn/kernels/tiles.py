@@ -18,19 +18,14 @@ from numba import njit
 from . import SAFE_FASTMATH
 from .vector import exp_vectorizable, maximum, wide_vectors
 
-# Rows of up to this many keys are shifted row by row (S - m, hidden keys -inf), then exponentiated as
-# one flat array: a vectorised loop per row pays only on longer rows.
-SHORT_ROW = 64
-
-
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
 def visible_keys(i, bk, q_start, k_start, causal):
     """How many leading keys of tile row i may be seen: key k_start + j is hidden from query q_start + i
     when j > i + q_start - k_start."""
     return max(min(bk, q_start + i - k_start + 1), 0) if causal else bk
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
 def row_max(s, i, limit, start):
     """max(start, s[i, 0], ..., s[i, limit - 1]), NaN if any of them is NaN."""
     wide_vectors()
@@ -40,22 +35,22 @@ def row_max(s, i, limit, start):
     return m
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
-def shift_row(s, i, limit, shift):
-    """s[i, :limit] -= shift, the rest of the row <- -inf (hidden), all -inf when shift is -inf (nothing
-    seen): an exp of the whole tile then makes the row exp(S - shift), 0 where hidden."""
-    if shift == -np.inf:
-        limit = 0
-    for j in range(limit):
-        s[i, j] -= shift
-    for j in range(limit, s.shape[1]):
-        s[i, j] = -np.inf
-
-
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
-def exp_in_place(flat):
-    """flat <- exp(flat), one vectorised loop over a whole tile."""
+def exp_shifted(s, shift, q_start, k_start, causal):
+    """s (bq, bk) <- P = exp(S - shift[:, None]) in place, 0 where hidden and in a row whose shift is -inf
+    (nothing seen); a NaN shift makes its row NaN. The forward's P (shift the running max) and the backward's
+    (shift lse) alike: each row is shifted (hidden keys -inf), then the tile exponentiated as one flat array,
+    one vectorised loop however short its rows."""
     wide_vectors()
+    bq, bk = s.shape
+    for i in range(bq):
+        shift_i = shift[i]  # a local, so the loops have no load that may alias the scores
+        limit = 0 if shift_i == -np.inf else visible_keys(i, bk, q_start, k_start, causal)
+        for j in range(limit):
+            s[i, j] -= shift_i
+        for j in range(limit, bk):
+            s[i, j] = -np.inf
+    flat = s.reshape(s.size)
     for j in range(flat.shape[0]):
         flat[j] = exp_vectorizable(flat[j])
 
@@ -70,51 +65,16 @@ def online_softmax(s, m, l, alpha, q_start, k_start, causal):  # noqa: E741
     """
     wide_vectors()
     bq, bk = s.shape
-    short = bk <= SHORT_ROW
     for i in range(bq):
-        limit = visible_keys(i, bk, q_start, k_start, causal)
-        m_new = row_max(s, i, limit, m[i])
+        m_new = row_max(s, i, visible_keys(i, bk, q_start, k_start, causal), m[i])
         alpha[i] = exp_vectorizable(m[i] - m_new) if m[i] > -np.inf else s.dtype.type(0)
         m[i] = m_new
-        if short:
-            shift_row(s, i, limit, m_new)
-    if short:
-        exp_in_place(s.reshape(s.size))
+    exp_shifted(s, m, q_start, k_start, causal)
     for i in range(bq):
-        limit = 0 if m[i] == -np.inf else visible_keys(i, bk, q_start, k_start, causal)
         total = s.dtype.type(0)
-        if short:
-            for j in range(limit):
-                total += s[i, j]
-        else:
-            shift = m[i]  # a local, so the loop has no load that may alias the scores
-            for j in range(limit):
-                p = exp_vectorizable(s[i, j] - shift)
-                s[i, j] = p
-                total += p
-            for j in range(limit, bk):
-                s[i, j] = 0
+        for j in range(bk):
+            total += s[i, j]
         l[i] = l[i] * alpha[i] + total
-
-
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
-def probs_from_lse(s, lse, q_start, k_start, causal):
-    """s (bq, bk) -> P = exp(S - lse) in place, recomputed for the backward; 0 where hidden or dead."""
-    wide_vectors()
-    bq, bk = s.shape
-    short = bk <= SHORT_ROW
-    for i in range(bq):
-        shift = lse[i]
-        limit = 0 if shift == -np.inf else visible_keys(i, bk, q_start, k_start, causal)  # NaN goes on
-        if short:
-            shift_row(s, i, limit, shift)
-        else:
-            for j in range(limit):
-                s[i, j] = exp_vectorizable(s[i, j] - shift)
-            for j in range(limit, bk):
-                s[i, j] = 0
-    if short:
-        exp_in_place(s.reshape(s.size))
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
