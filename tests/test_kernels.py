@@ -227,6 +227,19 @@ def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, blas_threads,
         assert not calls
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("blas_threads", [1, 2])
+@given(n=st.integers(0, 9), m=st.integers(0, 6), how=LAYOUTS, seed=st.integers(0, 2**16))
+def test_column_sums_equal_numpy(monkeypatch, dtype, blas_threads, n, m, how, seed):
+    """A Linear's bias gradient, sum over rows, by BLAS's gemv (BLAS on one thread) or numpy's sum, for every
+    layout, empty included."""
+    a = _view(np.random.default_rng(seed), (n, m), dtype, how)
+    monkeypatch.setattr(parallel, "blas_threads", lambda: blas_threads)
+    got = parallel.column_sums(a)
+    assert got.shape == (m,) and got.dtype == dtype
+    np.testing.assert_allclose(got, a.sum(axis=0), **tol(dtype))
+
+
 def test_products_on_numba_threads_refuse_mismatched_shapes(monkeypatch):
     """Shapes that do not chain never reach BLAS from numba's threads (it would read past the arrays)."""
     products_on_numba_threads(monkeypatch)

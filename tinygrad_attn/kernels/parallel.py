@@ -210,6 +210,15 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
+def column_sums(a: np.ndarray) -> np.ndarray:
+    """a (N, M) summed over its rows, (M,): BLAS's gemv (ones @ a, 3 to 6 times faster than numpy's sum at
+    (1024, 64 to 256)) when BLAS runs on one thread, else numpy's sum (a gemv that size would start BLAS's own
+    threads beside numba's)."""
+    if blas_threads() == 1 and a.dtype in (np.float32, np.float64):
+        return np.ones(a.shape[0], a.dtype) @ a
+    return a.sum(axis=0)
+
+
 # --- starting numba's threads: once, safely, leaving the process as it was -------------------------
 
 _PRANGE_OK: bool | None = None

@@ -15,7 +15,7 @@ from .. import functional as F
 from .. import rng
 from ..engine import Function
 from ..kernels.embedding import scatter_add_rows
-from ..kernels.parallel import row_split_matmul
+from ..kernels.parallel import column_sums, row_split_matmul
 from ..memory import check_fits
 from ..ops import check_tensor, rows_of
 from ..tensor import Tensor
@@ -59,7 +59,7 @@ def _linear_backward(ctx, grad, need_weight: bool, need_bias: bool):
     g = rows_of(grad)  # (N, out)
     grad_x = row_split_matmul(g, weight).reshape(ctx.input_shape) if ctx.needs_input_grad[0] else None  # dX = g W
     grad_weight = row_split_matmul(g.T, rows) if need_weight else None  # dW = g^T X
-    grad_bias = g.sum(axis=0) if need_bias else None  # db = sum_n g_n (not a BLAS gemv, which starts its threads)
+    grad_bias = column_sums(g) if need_bias else None  # db = sum_n g_n
     return grad_x, grad_weight, grad_bias
 
 
