@@ -28,6 +28,7 @@ output NaN.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -157,10 +158,16 @@ def _backward_parallel(grad, q, k, v, lse, delta, bias, has_bias, scale, causal,
 
 
 def _bias(bias, shape, dtype):
-    """The grid bias broadcast (no copy) to the whole (P, Q, Tq, Tk), and whether there is one (else zeros, never
-    read)."""
-    grid = np.zeros((1, 1, 1, 1), dtype) if bias is None else bias.astype(dtype, copy=False)
-    return np.broadcast_to(grid, shape), bias is not None
+    """The grid bias broadcast (no copy) to the whole (P, Q, Tq, Tk), and whether there is one."""
+    if bias is None:
+        return _no_bias(shape, np.dtype(dtype)), False
+    return np.broadcast_to(bias.astype(dtype, copy=False), shape), True
+
+
+@functools.lru_cache(maxsize=64)
+def _no_bias(shape, dtype):
+    """Zeros of that shape, never read, one element in memory (kept per shape: broadcasting costs microseconds)."""
+    return np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), shape)
 
 
 def _plan_of(q, k, v):

@@ -18,6 +18,7 @@ from numba import njit
 from . import SAFE_FASTMATH
 from .vector import exp_vectorizable, maximum, wide_vectors
 
+
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
 def visible_keys(i, bk, q_start, k_start, causal):
     """How many leading keys of tile row i may be seen: key k_start + j is hidden from query q_start + i
