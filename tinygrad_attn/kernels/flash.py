@@ -39,6 +39,8 @@ from .blas import gemm_for, matmul_into
 from .layout import backward_plan, dense_rows, forward_plan, new_like, rows_apart, tile_shape
 from .tiles import exp_shifted, online_softmax, score_gradient
 
+FEW_ROWS = 16  # a query block of fewer rows multiplies by k^T where it lies instead of laying it out
+
 
 @njit(cache=True, nogil=True, inline="always")
 def transpose_into(tile, factor, out):
@@ -50,9 +52,9 @@ def transpose_into(tile, factor, out):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def scores_into(s, q_rows, k_t, bias, has_bias, gemm):
-    """s (bq, bk) <- q (scale k)^T + bias, the bias tile (bq, bk) added only if has_bias."""
-    matmul_into(q_rows, k_t, s, 1.0, 0.0, gemm)  # S = q (scale k)^T: (bq, d) (d, bk) -> (bq, bk)
+def scores_into(s, q_rows, k_t, factor, bias, has_bias, gemm):
+    """s (bq, bk) <- factor q k_t + bias, the bias tile (bq, bk) added only if has_bias."""
+    matmul_into(q_rows, k_t, s, factor, 0.0, gemm)  # S = q (scale k)^T: (bq, d) (d, bk) -> (bq, bk)
     if has_bias:
         for i in range(s.shape[0]):
             for j in range(s.shape[1]):
@@ -89,9 +91,12 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
         for c0 in range(0, key_stop, bk):
             c1 = min(c0 + bk, key_stop)
             s = s_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
-            k_t = kt_buf[:d * (c1 - c0)].reshape((d, c1 - c0))
-            transpose_into(k_g[c0:c1], scale, k_t)  # (scale k)^T: (d, bk)
-            scores_into(s, q_rows, k_t, bias_g[r0:r1, c0:c1], has_bias, gemm)
+            if r1 - r0 >= FEW_ROWS:  # (scale k)^T laid out once for BLAS's fastest product: (d, bk)
+                k_t, factor = kt_buf[:d * (c1 - c0)].reshape((d, c1 - c0)), 1.0
+                transpose_into(k_g[c0:c1], scale, k_t)
+            else:  # a few rows (one when decoding): laying k^T out would cost more than the product it speeds
+                k_t, factor = k_g[c0:c1].T, scale
+            scores_into(s, q_rows, k_t, factor, bias_g[r0:r1, c0:c1], has_bias, gemm)
             online_softmax(s, m, l, alpha, r0, c0, causal)  # S <- P = exp(S - m'), alpha = exp(m - m')
             if c0 > 0:
                 scale_rows(acc, alpha)  # acc alpha (the first tile has nothing to rescale)
@@ -131,7 +136,7 @@ def backward_key_ranges(grad, q, k, v, lse, delta, bias, has_bias, scale, causal
                 q_rows, d_out = q_g[r0:r1], grad_g[r0:r1]  # (bq, d), (bq, dv)
                 s = s_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
                 dp = dp_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
-                scores_into(s, q_rows, k_t, bias_g[r0:r1, c0:c1], has_bias, gemm)
+                scores_into(s, q_rows, k_t, 1.0, bias_g[r0:r1, c0:c1], has_bias, gemm)
                 for i in range(r1 - r0):
                     lse_rows[i] = lse[a, b, r0 + i]
                 exp_shifted(s, lse_rows, r0, c0, causal)  # S <- P = exp(S - lse)
