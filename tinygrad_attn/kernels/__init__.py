@@ -2,7 +2,9 @@
 
 Every kernel is a module-level `@njit(cache=True, nogil=True)` function, so
 the compiled code is cached on disk and reused by the next process, and
-several threads can run it at once. All parallel work is one mechanism
+several threads can run it at once. Most also take error_model="numpy": a
+division by zero gives inf or NaN as numpy's does (every such division here is
+guarded), and the kernel compiles without Python's exception paths. All parallel work is one mechanism
 (parallel.py): a compiled `prange` over independent items (row ranges of a row
 kernel, blocks of a large product, attention's (group, query block) and
 (group, key range) items), with no Python inside. Products inside compiled

@@ -87,7 +87,7 @@ def set_blas_threads(n: int) -> bool:
     return set_ is not None
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _operand(rows, cols, row_stride, col_stride, item):
     """(flag, leading dimension) of a view from its shape and strides (scalars: one compiled version serves
     every layout); flag 0 when BLAS cannot read the view where it lies."""
@@ -192,7 +192,7 @@ def product_parts(m: int, k: int, n: int, parts: int) -> tuple[int, int, int]:
     return max(m, 1), -(-n // parts), max(k, 1)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def matmul_blocks(a, b, out, rows, cols, depth, gemm, start, stop):
     """out = a @ b on the blocks [start, stop) of (rows, cols) each, numbered row-major; each block adds up
     its products over chunks of `depth` of the inner dimension."""
@@ -205,7 +205,7 @@ def matmul_blocks(a, b, out, rows, cols, depth, gemm, start, stop):
                         out[r0:r0 + rows, c0:c0 + cols], 1.0, 0.0 if p0 == 0 else 1.0, gemm)
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
 def matmul_blocks_parallel(a, b, out, rows, cols, depth, gemm, parts):
     """matmul_blocks over all the blocks, cut into `parts` parts of consecutive blocks."""
     blocks = -(-a.shape[0] // rows) * -(-b.shape[1] // cols)

@@ -69,7 +69,7 @@ def scale_rows(a, factor):
             a[i, j] *= factor[i]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse, gemm, items):
     """The forward for items group * n_blocks + query block, one after another: out and lse of each."""
     n_inner, tq, tk = q.shape[1], q.shape[2], k.shape[2]
@@ -109,7 +109,7 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
                 out_rows[i, c] = acc[i, c] * inverse if key_stop > 0 else 0  # no key at all: acc unset
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def backward_key_ranges(grad, q, k, v, lse, delta, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
                         gemm, items):
     """The backward for items group * n_ranges + key range, one after another: dK and dV of the range's
@@ -147,14 +147,14 @@ def backward_key_ranges(grad, q, k, v, lse, delta, bias, has_bias, scale, causal
                 matmul_into(dp.T, q_rows, dk_tile, 1.0, 1.0, gemm)  # dK += scale dS^T q: (bk, bq) (bq, d)
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
 def _forward_parallel(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse, gemm, bounds, items):
     for p in prange(len(bounds) - 1):
         attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse, gemm,
                             items[bounds[p]:bounds[p + 1]])
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
 def _backward_parallel(grad, q, k, v, lse, delta, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
                        gemm, bounds, items):
     for p in prange(len(bounds) - 1):

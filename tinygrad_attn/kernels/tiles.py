@@ -36,7 +36,7 @@ def row_max(s, i, limit, start):
     return m
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def exp_shifted(s, shift, q_start, k_start, causal):
     """s (bq, bk) <- P = exp(S - shift[:, None]) in place, 0 where hidden and in a row whose shift is -inf
     (nothing seen); a NaN shift makes its row NaN. The forward's P (shift the running max) and the backward's
@@ -56,7 +56,7 @@ def exp_shifted(s, shift, q_start, k_start, causal):
         flat[j] = exp_vectorizable(flat[j])
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def online_softmax(s, m, l, alpha, q_start, k_start, causal):  # noqa: E741
     """One key tile of the online softmax: s (bq, bk) -> P = exp(S - m') in place, m' = max(m, rowmax S).
 
@@ -78,7 +78,7 @@ def online_softmax(s, m, l, alpha, q_start, k_start, causal):  # noqa: E741
         l[i] = l[i] * alpha[i] + total
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def score_gradient(p, dp, delta, scale):
     """dp (bq, bk) -> scale dS in place, dS = P (dP - delta): the softmax backward of a tile, times the
     score scale that dQ = scale dS K and dK = scale dS^T Q both need."""
