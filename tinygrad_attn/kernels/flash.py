@@ -110,19 +110,26 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def backward_key_ranges(grad, q, k, v, lse, delta, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
+def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
                         gemm, items):
     """The backward for items group * n_ranges + key range, one after another: dK and dV of the range's
     keys added into dk and dv, dQ into dq_parts[range] (all zero-filled)."""
     n_inner, tq, tk, n_ranges = q.shape[1], q.shape[2], k.shape[2], len(edges) - 1
     d, d_v = q.shape[3], v.shape[3]
     s_buf, dp_buf, lse_rows = np.empty(bq * bk, q.dtype), np.empty(bq * bk, q.dtype), np.empty(bq, q.dtype)
+    delta = np.empty(tq, q.dtype)
     kt_buf, vt_buf = np.empty(d * bk, q.dtype), np.empty(d_v * bk, q.dtype)
     for item in items:
         group, r = divmod(item, n_ranges)
         a, b = divmod(group, n_inner)
         q_g, k_g, v_g, bias_g, grad_g = q[a, b], k[a, b], v[a, b], bias[a, b], grad[a, b]  # this group's
         dq_g, dk_g, dv_g = dq_parts[r, a, b], dk[a, b], dv[a, b]  # (Tq, d): this range's share of dQ
+        out_g = out[a, b]  # (Tq, dv)
+        for i in range(tq):  # delta = rowsum(dO * out): (Tq,), once per item
+            total = q.dtype.type(0)
+            for c in range(d_v):
+                total += grad_g[i, c] * out_g[i, c]
+            delta[i] = total
         for c0 in range(edges[r], edges[r + 1], bk):
             c1 = min(c0 + bk, tk)
             n = c1 - c0
@@ -142,7 +149,7 @@ def backward_key_ranges(grad, q, k, v, lse, delta, bias, has_bias, scale, causal
                 exp_shifted(s, lse_rows, r0, c0, causal)  # S <- P = exp(S - lse)
                 matmul_into(s.T, d_out, dv_tile, 1.0, 1.0, gemm)  # dV += P^T dO: (bk, bq) (bq, dv)
                 matmul_into(d_out, v_t, dp, 1.0, 0.0, gemm)  # dP = dO v^T: (bq, dv) (dv, bk)
-                score_gradient(s, dp, delta[a, b, r0:r1], scale)  # dP <- scale dS, dS = P (dP - delta)
+                score_gradient(s, dp, delta[r0:r1], scale)  # dP <- scale dS, dS = P (dP - delta)
                 matmul_into(dp, k_tile, dq_g[r0:r1], 1.0, 1.0, gemm)  # dQ += scale dS k: (bq, bk) (bk, d)
                 matmul_into(dp.T, q_rows, dk_tile, 1.0, 1.0, gemm)  # dK += scale dS^T q: (bk, bq) (bq, d)
 
@@ -155,10 +162,10 @@ def _forward_parallel(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse, 
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
-def _backward_parallel(grad, q, k, v, lse, delta, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
+def _backward_parallel(grad, q, k, v, out, lse, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
                        gemm, bounds, items):
     for p in prange(len(bounds) - 1):
-        backward_key_ranges(grad, q, k, v, lse, delta, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
+        backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
                             gemm, items[bounds[p]:bounds[p + 1]])
 
 
@@ -209,8 +216,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, g
     n_ranges = len(edges) - 1
     dq_parts = dq[None] if n_ranges <= 1 else buffers.zeros((n_ranges,) + q.shape, q.dtype)
     bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
-    delta = np.einsum("pqtc,pqtc->pqt", grad_out, out, out=buffers.empty(lse.shape, lse.dtype))  # rowsum(dO * out)
-    parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, lse, delta, bias, has_bias,
+    parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, out, lse, bias, has_bias,
              q.dtype.type(scale), causal, *tile, edges, dq_parts, dk, dv, gemm_for(q.dtype))
     if n_ranges > 1:
         dq_parts.sum(axis=0, out=dq)
