@@ -21,9 +21,9 @@ items, run on one thread; their `prange` drivers give each thread its list
 from compiled code), what happens to a tile in between through tiles.py. With
 NUMBA_DISABLE_JIT=1 the same code runs as Python, a debugger can step into.
 
-A row with nothing to attend to (every key masked) gets l = 0: output 0,
-lse -inf, gradients 0. A NaN anywhere in a row's scores makes that row's
-output NaN.
+A row with nothing to attend to (every key masked) gets l = 0: output 0 P v
+(0, or NaN from a NaN in v, as on the math path), lse -inf, gradients 0. A NaN
+anywhere in a row's scores makes that row's output NaN.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
                 scale_rows(acc, alpha)  # acc alpha (the first tile has nothing to rescale)
             matmul_into(s, v_g[c0:c1], acc, 1.0, 1.0 if c0 > 0 else 0.0, gemm)  # acc += P v: (bq, bk) (bk, dv)
         out_rows, lse_rows = out[a, b, r0:r1], lse[a, b, r0:r1]  # (bq, dv), (bq,)
-        for i in range(r1 - r0):  # out = acc / l, lse = m + log l; where nothing is seen 0 P v and -inf
+        for i in range(r1 - r0):  # out = acc / l, lse = m + log l; a row that saw nothing: 0 P v, -inf
             lse_rows[i] = m[i] + math.log(l[i]) if l[i] > 0 else (l[i] if l[i] != l[i] else -np.inf)
             inverse = 1 / l[i] if l[i] != 0 else 0
             for c in range(d_v):
