@@ -144,7 +144,7 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
                 s = s_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
                 dp = dp_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
                 scores_into(s, q_rows, k_t, 1.0, bias_g[r0:r1, c0:c1], has_bias, gemm)
-                for i in range(r1 - r0):
+                for i in range(r1 - r0):  # contiguous, like the forward's m: exp_shifted compiles one version
                     lse_rows[i] = lse[a, b, r0 + i]
                 exp_shifted(s, lse_rows, r0, c0, causal)  # S <- P = exp(S - lse)
                 matmul_into(s.T, d_out, dv_tile, 1.0, 1.0, gemm)  # dV += P^T dO: (bk, bq) (bq, dv)
