@@ -15,7 +15,7 @@ from numba import njit
 
 import tinygrad_attn as ta
 from tinygrad_attn import functional as F
-from tinygrad_attn.kernels import flash, layout, parallel, tiles
+from tinygrad_attn.kernels import blas, flash, layout, parallel, tiles
 from tinygrad_attn.kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward, cross_entropy_reference
 from tinygrad_attn.kernels.embedding import scatter_add_rows, scatter_add_rows_reference
 from tinygrad_attn.kernels.gelu import gelu_backward, gelu_forward, gelu_reference
@@ -225,6 +225,23 @@ def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, blas_threads,
         assert calls
     if not describable:
         assert not calls
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(n=st.integers(2, 9), k=st.integers(1, 6), m=st.integers(1, 6), limit=st.integers(1, 40), a_how=LAYOUTS,
+       b_how=LAYOUTS, seed=st.integers(0, 2**16))
+def test_products_on_the_calling_thread_equal_numpy(monkeypatch, dtype, n, k, m, limit, a_how, b_how, seed):
+    """A product too small for numba's threads while BLAS has threads of its own: cut into blocks BLAS runs on
+    the caller (rows by numpy's `@` when they fit a few blocks, the compiled blocks otherwise), against a @ b."""
+    rng = np.random.default_rng(seed)
+    a, b = _view(rng, (n, k), dtype, a_how), _view(rng, (k, m), dtype, b_how)
+    with monkeypatch.context() as mp:
+        mp.setattr(parallel, "ONE_THREAD_PRODUCT", limit)
+        mp.setattr(blas, "ONE_THREAD_PRODUCT", limit)
+        mp.setattr(parallel, "blas_threads", lambda: 2)
+        mp.setattr(parallel, "_num_threads", 1)
+        got = parallel.row_split_matmul(a, b)
+    np.testing.assert_allclose(got, a @ b, **tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
