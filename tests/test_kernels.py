@@ -481,20 +481,25 @@ def test_online_softmax_and_probs_match_numpy_on_short_and_long_rows(dtype, keys
     scores[bq - 1, rng.integers(bk)] = np.nan  # NaN in the row when it is visible
     want, want_max = _tile_probs_reference(scores, *starts, causal)
     got, m, l, alpha = scores.copy(), np.full(bq, -np.inf, dtype), np.zeros(bq, dtype), np.empty(bq, dtype)
-    tiles.online_softmax(got, m, l, alpha, *starts, causal)  # from nothing seen: P = exp(S - m), l its sum
+    tiles.online_softmax(got, m, l, alpha, *starts, causal, False)  # from nothing seen: P = exp(S - m), l its sum
     with np.errstate(divide="ignore", invalid="ignore"):
         np.testing.assert_allclose(np.where(got != 0, got / l[:, None], got), want, **tol(dtype))
         lse = np.where(l > 0, m + np.log(l), np.where(np.isnan(l), np.nan, -np.inf)).astype(dtype)
     np.testing.assert_array_equal(m, want_max)
+    last, m1, l1 = scores.copy(), np.full(bq, -np.inf, dtype), np.zeros(bq, dtype)
+    tiles.online_softmax(last, m1, l1, alpha, *starts, causal, True)  # the only tile is the last: P / l
+    want_last = np.where(np.isnan(l)[:, None], np.nan, want)  # divided by a NaN sum, a NaN row is NaN throughout
+    np.testing.assert_allclose(last, want_last, **tol(dtype))
     half = bk // 2  # the same row in two key tiles: the running max and sum end where one tile's do
     m2, l2 = np.full(bq, -np.inf, dtype), np.zeros(bq, dtype)
     first, second = scores[:, :half].copy(), scores[:, half:].copy()
-    tiles.online_softmax(first, m2, l2, alpha, starts[0], starts[1], causal)
-    tiles.online_softmax(second, m2, l2, alpha, starts[0], starts[1] + half, causal)
+    tiles.online_softmax(first, m2, l2, alpha, starts[0], starts[1], causal, False)
+    tiles.online_softmax(second, m2, l2, alpha, starts[0], starts[1] + half, causal, True)
     np.testing.assert_array_equal(m2, m)
     np.testing.assert_allclose(l2, l, **tol(dtype))
-    seen = np.isfinite(m)  # the first tile's P rescaled by alpha is P under the final max (NaN rows: NaN anyway)
-    np.testing.assert_allclose((first * alpha[:, None])[seen], got[seen, :half], **tol(dtype))
+    seen = np.isfinite(m)  # P alpha of the first tile, P of the last: the softmax (NaN rows: NaN anyway)
+    np.testing.assert_allclose((first * alpha[:, None])[seen], want[seen, :half], **tol(dtype))
+    np.testing.assert_allclose(second, want_last[:, half:], **tol(dtype))
     want_p, _ = _tile_probs_reference(scores, *starts, causal, shift=lse)
     got_p = scores.copy()
     tiles.exp_shifted(got_p, lse, *starts, causal)

@@ -1,12 +1,13 @@
 """Flash attention: softmax(scale q k^T + bias) v without ever building the (Tq, Tk) matrix, compiled.
 
 Forward, for one query block of one group (the online softmax, over its key
-tiles; m the running row max, l the running row sum, acc the running output):
+tiles; m the running row max, l the running row sum, out the running output):
 
     S = q (scale k)^T + bias              a (bq, bk) tile of scores
     m' = max(m, rowmax S),  P = exp(S - m'),  alpha = exp(m - m')
-    l' = l alpha + rowsum P,  acc' = acc alpha + P v
-    out = acc / l,  lse = m + log l       (lse is saved for the backward)
+    l' = l alpha + rowsum P,  out' = out alpha + P v
+    on the last tile P and alpha are divided by l' first: out' is then the output
+    lse = m + log l                       (saved for the backward)
 
 Backward (FlashAttention-2), for one range of key tiles of one group, over the
 query blocks that see each tile, recomputing P from lse instead of storing it:
@@ -22,8 +23,8 @@ from compiled code), what happens to a tile in between through tiles.py. With
 NUMBA_DISABLE_JIT=1 the same code runs as Python, a debugger can step into.
 
 A row with nothing to attend to (every key masked) gets l = 0: output 0 P v
-(0, or NaN from a NaN in v, as on the math path), lse -inf, gradients 0. A NaN
-anywhere in a row's scores makes that row's output NaN.
+(0, or NaN from a NaN in v, as on the math path), lse -inf, gradients 0; with no
+key at all, 0. A NaN anywhere in a row's scores makes that row's output NaN.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
     n_inner, tq, tk = q.shape[1], q.shape[2], k.shape[2]
     n_blocks = -(-tq // bq)
     d, d_v = q.shape[3], v.shape[3]
-    s_buf, kt_buf, acc_buf = np.empty(bq * bk, q.dtype), np.empty(d * bk, q.dtype), np.empty(bq * d_v, q.dtype)
+    s_buf, kt_buf = np.empty(bq * bk, q.dtype), np.empty((d, bk), q.dtype)
     m, l, alpha = np.empty(bq, q.dtype), np.empty(bq, q.dtype), np.empty(bq, q.dtype)  # noqa: E741
     for item in items:
         group, block = divmod(item, n_blocks)
@@ -83,7 +84,7 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
         q_g, k_g, v_g, bias_g = q[a, b], k[a, b], v[a, b], bias[a, b]  # (Tq, d), (Tk, d), (Tk, dv), (Tq, Tk)
         r0 = block * bq
         r1 = min(r0 + bq, tq)
-        q_rows, acc = q_g[r0:r1], acc_buf[:(r1 - r0) * d_v].reshape((r1 - r0, d_v))  # (bq, d), (bq, dv)
+        q_rows, out_rows = q_g[r0:r1], out[a, b, r0:r1]  # (bq, d), (bq, dv)
         for i in range(r1 - r0):
             m[i] = -np.inf
             l[i] = 0
@@ -92,21 +93,21 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
             c1 = min(c0 + bk, key_stop)
             s = s_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
             if r1 - r0 >= FEW_ROWS:  # (scale k)^T laid out once for BLAS's fastest product: (d, bk)
-                k_t, factor = kt_buf[:d * (c1 - c0)].reshape((d, c1 - c0)), 1.0
+                k_t, factor = kt_buf[:, :c1 - c0], 1.0
                 transpose_into(k_g[c0:c1], scale, k_t)
             else:  # a few rows (one when decoding): laying k^T out would cost more than the product it speeds
                 k_t, factor = k_g[c0:c1].T, scale
             scores_into(s, q_rows, k_t, factor, bias_g[r0:r1, c0:c1], has_bias, gemm)
-            online_softmax(s, m, l, alpha, r0, c0, causal)  # S <- P = exp(S - m'), alpha = exp(m - m')
+            last = c1 == key_stop  # then P and alpha come divided by l'
+            online_softmax(s, m, l, alpha, r0, c0, causal, last)  # S <- P = exp(S - m'), alpha = exp(m - m')
             if c0 > 0:
-                scale_rows(acc, alpha)  # acc alpha (the first tile has nothing to rescale)
-            matmul_into(s, v_g[c0:c1], acc, 1.0, 1.0 if c0 > 0 else 0.0, gemm)  # acc += P v: (bq, bk) (bk, dv)
-        out_rows, lse_rows = out[a, b, r0:r1], lse[a, b, r0:r1]  # (bq, dv), (bq,)
-        for i in range(r1 - r0):  # out = acc / l, lse = m + log l; a row that saw nothing: 0 P v, -inf
+                scale_rows(out_rows, alpha)  # out alpha (the first tile has nothing to rescale)
+            matmul_into(s, v_g[c0:c1], out_rows, 1.0, 1.0 if c0 > 0 else 0.0, gemm)  # out += P v: (bq, bk) (bk, dv)
+        lse_rows = lse[a, b, r0:r1]  # (bq,)
+        for i in range(r1 - r0):  # lse = m + log l; a row that saw nothing: -inf
             lse_rows[i] = m[i] + math.log(l[i]) if l[i] > 0 else (l[i] if l[i] != l[i] else -np.inf)
-            inverse = 1 / l[i] if l[i] != 0 else 0
-            for c in range(d_v):
-                out_rows[i, c] = acc[i, c] * inverse if key_stop > 0 else 0  # no key at all: acc unset
+            for c in range(d_v if key_stop == 0 else 0):  # no key at all: no product wrote the output
+                out_rows[i, c] = 0
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -116,9 +117,9 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
     keys added into dk and dv, dQ into dq_parts[range] (all zero-filled)."""
     n_inner, tq, tk, n_ranges = q.shape[1], q.shape[2], k.shape[2], len(edges) - 1
     d, d_v = q.shape[3], v.shape[3]
-    s_buf, dp_buf, lse_rows = np.empty(bq * bk, q.dtype), np.empty(bq * bk, q.dtype), np.empty(bq, q.dtype)
+    s_buf, dp_buf, lse_rows = np.empty(bq * bk, q.dtype), np.empty((bq, bk), q.dtype), np.empty(bq, q.dtype)
     delta = np.empty(tq, q.dtype)
-    kt_buf, vt_buf = np.empty(d * bk, q.dtype), np.empty(d_v * bk, q.dtype)
+    kt_buf, vt_buf = np.empty((d, bk), q.dtype), np.empty((d_v, bk), q.dtype)
     for item in items:
         group, r = divmod(item, n_ranges)
         a, b = divmod(group, n_inner)
@@ -133,7 +134,7 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
         for c0 in range(edges[r], edges[r + 1], bk):
             c1 = min(c0 + bk, tk)
             n = c1 - c0
-            k_tile, k_t, v_t = k_g[c0:c1], kt_buf[:d * n].reshape((d, n)), vt_buf[:d_v * n].reshape((d_v, n))
+            k_tile, k_t, v_t = k_g[c0:c1], kt_buf[:, :n], vt_buf[:, :n]
             dk_tile, dv_tile = dk_g[c0:c1], dv_g[c0:c1]  # (bk, d), (bk, dv)
             transpose_into(k_tile, scale, k_t)  # (scale k)^T: (d, bk)
             transpose_into(v_g[c0:c1], 1.0, v_t)  # v^T: (dv, bk)
@@ -142,7 +143,7 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
                 r1 = min(r0 + bq, tq)
                 q_rows, d_out = q_g[r0:r1], grad_g[r0:r1]  # (bq, d), (bq, dv)
                 s = s_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
-                dp = dp_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
+                dp = dp_buf[:r1 - r0, :c1 - c0]  # (bq, bk)
                 scores_into(s, q_rows, k_t, 1.0, bias_g[r0:r1, c0:c1], has_bias, gemm)
                 for i in range(r1 - r0):  # contiguous, like the forward's m: exp_shifted compiles one version
                     lse_rows[i] = lse[a, b, r0 + i]

@@ -47,22 +47,21 @@ def exp_shifted(s, shift, q_start, k_start, causal):
     for i in range(bq):
         shift_i = shift[i]  # a local, so the loops have no load that may alias the scores
         limit = 0 if shift_i == -np.inf else visible_keys(i, bk, q_start, k_start, causal)
-        for j in range(limit):
-            s[i, j] -= shift_i
-        for j in range(limit, bk):
-            s[i, j] = -np.inf
+        for j in range(bk):  # over the whole row, the hidden keys selected: one vector loop however many are seen
+            s[i, j] = s[i, j] - shift_i if j < limit else -np.inf
     flat = s.reshape(s.size)
     for j in range(flat.shape[0]):
         flat[j] = exp_vectorizable(flat[j])
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
-def online_softmax(s, m, l, alpha, q_start, k_start, causal):  # noqa: E741
+def online_softmax(s, m, l, alpha, q_start, k_start, causal, last):  # noqa: E741
     """One key tile of the online softmax: s (bq, bk) -> P = exp(S - m') in place, m' = max(m, rowmax S).
 
     m (bq,) becomes m'; alpha (bq,) receives exp(m - m'), which rescales what was summed under the old
-    max; l (bq,) becomes l alpha + rowsum P. Hidden entries become 0; a row that has seen nothing keeps
-    m = -inf and l = 0.
+    max; l (bq,) becomes l alpha + rowsum P. On the rows' `last` tile P and alpha are then divided by l',
+    so that out alpha + P v is the output itself. Hidden entries become 0; a row that has seen nothing keeps
+    m = -inf and l = 0 (and P = alpha = 0).
     """
     wide_vectors()
     bq, bk = s.shape
@@ -76,6 +75,11 @@ def online_softmax(s, m, l, alpha, q_start, k_start, causal):  # noqa: E741
         for j in range(bk):
             total += s[i, j]
         l[i] = l[i] * alpha[i] + total
+        if last:
+            inverse = 1 / l[i] if l[i] != 0 else s.dtype.type(0)
+            alpha[i] *= inverse
+            for j in range(bk):
+                s[i, j] *= inverse
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
