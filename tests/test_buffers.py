@@ -22,6 +22,24 @@ def test_memory_is_reused_once_no_array_refers_to_it():
     assert b.shape == (2, LARGE[0] * 2) and b.dtype == np.float32 and b.flags.c_contiguous
 
 
+@pytest.mark.parametrize("how", ["contiguous", "transposed", "strided", "small"])
+def test_contiguous_copies_into_reused_memory(how):
+    """buffers.contiguous: the array itself when C-contiguous, else an equal C-contiguous copy, in pooled
+    memory when large (handed out again once the copy is dropped)."""
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(2, 3, LARGE[0] if how != "small" else 5)).astype(np.float32)
+    a = {"contiguous": base, "transposed": base.transpose(0, 2, 1), "strided": base[:, ::2],
+         "small": base.transpose(0, 2, 1)}[how]
+    got = buffers.contiguous(a)
+    np.testing.assert_array_equal(got, a)
+    assert got.flags.c_contiguous and got.dtype == a.dtype
+    assert (got is a) == (how == "contiguous")
+    if how in ("transposed", "strided"):
+        address = got.ctypes.data
+        del got
+        assert buffers.contiguous(a).ctypes.data == address
+
+
 def test_small_and_object_arrays_are_numpys_own():
     a, b = buffers.empty((3, 4), np.float64), buffers.zeros(LARGE, object)
     assert a.flags.owndata and a.shape == (3, 4) and b.flags.owndata and b.shape == LARGE and (b == 0).all()

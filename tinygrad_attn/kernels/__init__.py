@@ -11,6 +11,11 @@ kernel, blocks of a large product, attention's (group, query block) and
 code call numpy's own BLAS through blas.py's `matmul_into`.
 Their large outputs live in memory reused once no array refers to it
 (buffers.py).
+
+Editing a kernel: numba's cache checks only the file a kernel is defined in, and a kernel holds its own
+copy of the compiled kernels it calls. After changing tiles.py, say, flash.py's cached kernels still run
+the old tile code: delete the cache files (`tinygrad_attn/kernels/__pycache__/*.nbi` and `*.nbc`, or
+NUMBA_CACHE_DIR) before trusting a run. An installed release is compiled afresh (every file is new).
 """
 
 # Reassociation and contraction let LLVM vectorise reductions.

@@ -8,6 +8,7 @@ glibc to keep memory, but that is a setting for the whole process. Here the libr
 memory of its own arrays, as PyTorch's caching allocators do:
 
     out = buffers.empty((m, n), np.float32)   # a view of a pooled buffer, or of a new one
+    q = buffers.contiguous(q)                 # q itself, or a copy of it in such a buffer
 
 Each array at least MIN_BYTES large is a view of a byte buffer held in a pool. A buffer is handed out
 again only when the pool's reference is the last one: every view of it (the array, its reshapes and
@@ -53,6 +54,15 @@ def zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
     a = empty(shape, dtype)
     a.fill(0)
     return a
+
+
+def contiguous(a: np.ndarray) -> np.ndarray:
+    """a itself when C-contiguous, else a C-contiguous copy, in reused memory when it is large."""
+    if a.flags.c_contiguous:
+        return a
+    out = empty(a.shape, a.dtype)
+    np.copyto(out, a)
+    return out
 
 
 def _buffer(size: int) -> np.ndarray:

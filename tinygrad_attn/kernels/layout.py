@@ -71,8 +71,8 @@ def rows_apart(a: np.ndarray, reused: bool = True) -> bool:
 
 
 def dense_rows(a: np.ndarray, reused: bool = True) -> np.ndarray:
-    """a itself, or a contiguous copy when its rows are apart (`rows_apart`)."""
-    return np.ascontiguousarray(a) if rows_apart(a, reused) else a
+    """a itself, or a contiguous copy (in reused memory) when its rows are apart (`rows_apart`)."""
+    return buffers.contiguous(a) if rows_apart(a, reused) else a
 
 
 def tile_shape(tq: int, tk: int, d: int) -> tuple[int, int]:
