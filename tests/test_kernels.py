@@ -481,20 +481,20 @@ def test_online_softmax_and_probs_match_numpy_on_short_and_long_rows(dtype, keys
     scores[bq - 1, rng.integers(bk)] = np.nan  # NaN in the row when it is visible
     want, want_max = _tile_probs_reference(scores, *starts, causal)
     got, m, l, alpha = scores.copy(), np.full(bq, -np.inf, dtype), np.zeros(bq, dtype), np.empty(bq, dtype)
-    tiles.online_softmax(got, m, l, alpha, *starts, causal, False)  # from nothing seen: P = exp(S - m), l its sum
+    tiles.online_softmax(got, bk, m, l, alpha, *starts, causal, False)  # from nothing seen: P = exp(S - m), l its sum
     with np.errstate(divide="ignore", invalid="ignore"):
         np.testing.assert_allclose(np.where(got != 0, got / l[:, None], got), want, **tol(dtype))
         lse = np.where(l > 0, m + np.log(l), np.where(np.isnan(l), np.nan, -np.inf)).astype(dtype)
     np.testing.assert_array_equal(m, want_max)
     last, m1, l1 = scores.copy(), np.full(bq, -np.inf, dtype), np.zeros(bq, dtype)
-    tiles.online_softmax(last, m1, l1, alpha, *starts, causal, True)  # the only tile is the last: P / l
+    tiles.online_softmax(last, bk, m1, l1, alpha, *starts, causal, True)  # the only tile is the last: P / l
     want_last = np.where(np.isnan(l)[:, None], np.nan, want)  # divided by a NaN sum, a NaN row is NaN throughout
     np.testing.assert_allclose(last, want_last, **tol(dtype))
     half = bk // 2  # the same row in two key tiles: the running max and sum end where one tile's do
     m2, l2 = np.full(bq, -np.inf, dtype), np.zeros(bq, dtype)
     first, second = scores[:, :half].copy(), scores[:, half:].copy()
-    tiles.online_softmax(first, m2, l2, alpha, starts[0], starts[1], causal, False)
-    tiles.online_softmax(second, m2, l2, alpha, starts[0], starts[1] + half, causal, True)
+    tiles.online_softmax(first, half, m2, l2, alpha, starts[0], starts[1], causal, False)
+    tiles.online_softmax(second, bk - half, m2, l2, alpha, starts[0], starts[1] + half, causal, True)
     np.testing.assert_array_equal(m2, m)
     np.testing.assert_allclose(l2, l, **tol(dtype))
     seen = np.isfinite(m)  # P alpha of the first tile, P of the last: the softmax (NaN rows: NaN anyway)
@@ -502,9 +502,35 @@ def test_online_softmax_and_probs_match_numpy_on_short_and_long_rows(dtype, keys
     np.testing.assert_allclose(second, want_last[:, half:], **tol(dtype))
     want_p, _ = _tile_probs_reference(scores, *starts, causal, shift=lse)
     got_p = scores.copy()
-    tiles.exp_shifted(got_p, lse, *starts, causal)
+    tiles.exp_shifted(got_p, bk, lse, *starts, causal)
     np.testing.assert_allclose(got_p, want_p, **tol(dtype))
     np.testing.assert_allclose(got_p, want, **tol(dtype))  # exp(S - lse) is the softmax again
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(bq=st.integers(1, 5), n=st.integers(0, 20), extra=st.integers(1, 20), causal=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_tile_kernels_read_and_write_only_the_tiles_columns(dtype, bq, n, extra, causal, seed):
+    """A tile in the first n columns of wider rows (the last, narrower key tile in the scratch buffer): the
+    same results as on rows exactly n wide, and the columns past n, NaN here, neither read nor written."""
+    rng = np.random.default_rng(seed)
+    scores, grads = (3 * rng.normal(size=(bq, n))).astype(dtype), rng.normal(size=(bq, n)).astype(dtype)
+    delta, scale = rng.normal(size=bq).astype(dtype), dtype(0.7)
+
+    def run(width):
+        s, dp = np.full((bq, width), np.nan, dtype), np.full((bq, width), np.nan, dtype)
+        s[:, :n], dp[:, :n] = scores, grads
+        p, m, l, alpha = s.copy(), np.full(bq, -np.inf, dtype), np.zeros(bq, dtype), np.empty(bq, dtype)
+        tiles.online_softmax(s, n, m, l, alpha, 2, 0, causal, True)
+        tiles.exp_shifted(p, n, m + np.log(l, where=l > 0, out=np.full(bq, -np.inf, dtype)), 2, 0, causal)
+        tiles.score_gradient(s, dp, n, delta, scale)
+        return s, p, dp, m, l, alpha
+
+    exact, wide = run(n), run(n + extra)
+    for got, want in zip(wide, exact):
+        np.testing.assert_array_equal(got[..., :n] if got.ndim == 2 else got, want)
+    for past in wide[:3]:
+        assert np.isnan(past[:, n:]).all()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -87,7 +87,7 @@ def set_blas_threads(n: int) -> bool:
     return set_ is not None
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _operand(rows, cols, row_stride, col_stride, item):
     """(flag, leading dimension) of a view from its shape and strides (scalars: one compiled version serves
     every layout); flag 0 when BLAS cannot read the view where it lies."""

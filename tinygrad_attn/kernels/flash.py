@@ -35,7 +35,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from . import buffers, parallel
+from . import SAFE_FASTMATH, buffers, parallel
 from .blas import gemm_for, matmul_into
 from .layout import backward_plan, dense_rows, forward_plan, new_like, rows_apart, tile_shape
 from .tiles import exp_shifted, online_softmax, score_gradient
@@ -43,7 +43,7 @@ from .tiles import exp_shifted, online_softmax, score_gradient
 FEW_ROWS = 16  # a query block of fewer rows multiplies by k^T where it lies instead of laying it out
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)  # not inlined: in the drivers' 512-bit vector setting this copy runs 5-10% slower
 def transpose_into(tile, factor, out):
     """out (d, bk) <- factor tile^T, contiguous: BLAS multiplies by a transposed right operand at about half
     its speed (numpy's OpenBLAS, row-major), so k^T and v^T are laid out once per key tile."""
@@ -70,14 +70,16 @@ def scale_rows(a, factor):
             a[i, j] *= factor[i]
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+# The tile kernels are inlined into the two drivers (tiles.py), so these carry the tiles' fastmath flags.
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=SAFE_FASTMATH)
 def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse, gemm, items):
     """The forward for items group * n_blocks + query block, one after another: out and lse of each."""
     n_inner, tq, tk = q.shape[1], q.shape[2], k.shape[2]
     n_blocks = -(-tq // bq)
     d, d_v = q.shape[3], v.shape[3]
-    s_buf, kt_buf = np.empty(bq * bk, q.dtype), np.empty((d, bk), q.dtype)
-    m, l, alpha = np.empty(bq, q.dtype), np.empty(bq, q.dtype), np.empty(bq, q.dtype)  # noqa: E741
+    s_buf, kt_buf = np.empty((bq, bk), q.dtype), np.empty((d, bk), q.dtype)
+    state = np.empty((3, bq), q.dtype)
+    m, l, alpha = state[0], state[1], state[2]  # noqa: E741  (bq,) each: the running max, sum, rescaling
     for item in items:
         group, block = divmod(item, n_blocks)
         a, b = divmod(group, n_inner)
@@ -91,15 +93,17 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
         key_stop = min(tk, r1) if causal else tk  # keys >= r1 are hidden from every row of the block
         for c0 in range(0, key_stop, bk):
             c1 = min(c0 + bk, key_stop)
-            s = s_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
+            n = c1 - c0
+            s_rows = s_buf[:r1 - r0]  # (bq, bk): the tile in its first n columns, rows contiguous for tiles.py
+            s = s_rows[:, :n]  # (bq, n)
             if r1 - r0 >= FEW_ROWS:  # (scale k)^T laid out once for BLAS's fastest product: (d, bk)
-                k_t, factor = kt_buf[:, :c1 - c0], 1.0
+                k_t, factor = kt_buf[:, :n], 1.0
                 transpose_into(k_g[c0:c1], scale, k_t)
             else:  # a few rows (one when decoding): laying k^T out would cost more than the product it speeds
                 k_t, factor = k_g[c0:c1].T, scale
             scores_into(s, q_rows, k_t, factor, bias_g[r0:r1, c0:c1], has_bias, gemm)
             last = c1 == key_stop  # then P and alpha come divided by l'
-            online_softmax(s, m, l, alpha, r0, c0, causal, last)  # S <- P = exp(S - m'), alpha = exp(m - m')
+            online_softmax(s_rows, n, m, l, alpha, r0, c0, causal, last)  # S <- P = exp(S - m'), exp(m - m')
             if c0 > 0:
                 scale_rows(out_rows, alpha)  # out alpha (the first tile has nothing to rescale)
             matmul_into(s, v_g[c0:c1], out_rows, 1.0, 1.0 if c0 > 0 else 0.0, gemm)  # out += P v: (bq, bk) (bk, dv)
@@ -110,16 +114,18 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
                 out_rows[i, c] = 0
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=SAFE_FASTMATH)
 def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
                         gemm, items):
     """The backward for items group * n_ranges + key range, one after another: dK and dV of the range's
     keys added into dk and dv, dQ into dq_parts[range] (all zero-filled)."""
     n_inner, tq, tk, n_ranges = q.shape[1], q.shape[2], k.shape[2], len(edges) - 1
     d, d_v = q.shape[3], v.shape[3]
-    s_buf, dp_buf, lse_rows = np.empty(bq * bk, q.dtype), np.empty((bq, bk), q.dtype), np.empty(bq, q.dtype)
-    delta = np.empty(tq, q.dtype)
+    s_buf, dp_buf = np.empty((bq, bk), q.dtype), np.empty((bq, bk), q.dtype)
     kt_buf, vt_buf = np.empty((d, bk), q.dtype), np.empty((d_v, bk), q.dtype)
+    per_row = np.empty((2, tq), q.dtype)
+    delta, lse_rows = per_row[0], per_row[1]  # (Tq,): every row's delta; the lse of a block's rows
+    one = q.dtype.type(1)  # in q's dtype, as the scale is: transpose_into compiles one version
     for item in items:
         group, r = divmod(item, n_ranges)
         a, b = divmod(group, n_inner)
@@ -137,20 +143,20 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
             k_tile, k_t, v_t = k_g[c0:c1], kt_buf[:, :n], vt_buf[:, :n]
             dk_tile, dv_tile = dk_g[c0:c1], dv_g[c0:c1]  # (bk, d), (bk, dv)
             transpose_into(k_tile, scale, k_t)  # (scale k)^T: (d, bk)
-            transpose_into(v_g[c0:c1], 1.0, v_t)  # v^T: (dv, bk)
+            transpose_into(v_g[c0:c1], one, v_t)  # v^T: (dv, bk)
             first = (c0 // bq) * bq if causal else 0  # query rows before c0 see none of these keys
             for r0 in range(first, tq, bq):
                 r1 = min(r0 + bq, tq)
                 q_rows, d_out = q_g[r0:r1], grad_g[r0:r1]  # (bq, d), (bq, dv)
-                s = s_buf[:(r1 - r0) * (c1 - c0)].reshape((r1 - r0, c1 - c0))  # (bq, bk)
-                dp = dp_buf[:r1 - r0, :c1 - c0]  # (bq, bk)
+                s_rows, dp_rows = s_buf[:r1 - r0], dp_buf[:r1 - r0]  # (bq, bk): tiles in their first n columns
+                s, dp = s_rows[:, :n], dp_rows[:, :n]  # (bq, n)
                 scores_into(s, q_rows, k_t, 1.0, bias_g[r0:r1, c0:c1], has_bias, gemm)
                 for i in range(r1 - r0):  # contiguous, like the forward's m: exp_shifted compiles one version
                     lse_rows[i] = lse[a, b, r0 + i]
-                exp_shifted(s, lse_rows, r0, c0, causal)  # S <- P = exp(S - lse)
+                exp_shifted(s_rows, n, lse_rows, r0, c0, causal)  # S <- P = exp(S - lse)
                 matmul_into(s.T, d_out, dv_tile, 1.0, 1.0, gemm)  # dV += P^T dO: (bk, bq) (bq, dv)
                 matmul_into(d_out, v_t, dp, 1.0, 0.0, gemm)  # dP = dO v^T: (bq, dv) (dv, bk)
-                score_gradient(s, dp, delta[r0:r1], scale)  # dP <- scale dS, dS = P (dP - delta)
+                score_gradient(s_rows, dp_rows, n, delta[r0:r1], scale)  # dP <- scale dS, dS = P (dP - delta)
                 matmul_into(dp, k_tile, dq_g[r0:r1], 1.0, 1.0, gemm)  # dQ += scale dS k: (bq, bk) (bk, d)
                 matmul_into(dp.T, q_rows, dk_tile, 1.0, 1.0, gemm)  # dK += scale dS^T q: (bk, bq) (bq, d)
 

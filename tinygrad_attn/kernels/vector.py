@@ -15,7 +15,7 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic, lower_builtin, overload, type_callable
 
 
 def maximum(a, b):
@@ -28,22 +28,20 @@ def maximum(a, b):
     return a if a > b or a != a else b
 
 
-@intrinsic
-def _llvm_maximum(typingctx, a, b):
-    if a == b and isinstance(a, types.Float):
-        def codegen(context, builder, signature, args):
-            function_type = ir.FunctionType(args[0].type, [args[0].type, args[1].type])
-            function = cgutils.get_or_insert_function(builder.module, function_type, f"llvm.maximum.f{a.bitwidth}")
-            return builder.call(function, args)
-        return a(a, b), codegen
-    return None
+# Compiled, `maximum` and `wide_vectors` are lowered by hand, as blas.py's matmul_into is: an @overload
+# would compile a small function of its own for each (about 0.04 s each on a first run).
+@type_callable(maximum)
+def _type_maximum(context):
+    def typer(a, b):
+        return a if a == b and isinstance(a, types.Float) else None
+    return typer
 
 
-@overload(maximum)
-def _maximum_compiled(a, b):
-    if a == b and isinstance(a, types.Float):
-        return lambda a, b: _llvm_maximum(a, b)
-    return None
+@lower_builtin(maximum, types.Float, types.Float)
+def _lower_maximum(context, builder, sig, args):
+    return builder.call(cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(args[0].type, [args[0].type] * 2), f"llvm.maximum.f{sig.args[0].bitwidth}"),
+        args)
 
 
 def wide_vectors():
@@ -55,18 +53,16 @@ def wide_vectors():
     """
 
 
-@intrinsic
-def _prefer_wide_vectors(typingctx):
-    def codegen(context, builder, signature, args):
-        # llvmlite's attribute set checks names against a fixed list that lacks LLVM's string attributes
-        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
-        return context.get_dummy_value()
-    return types.none(), codegen
+@type_callable(wide_vectors)
+def _type_wide_vectors(context):
+    return lambda: types.none
 
 
-@overload(wide_vectors, inline="always")  # inlined, so the intrinsic marks the caller
-def _wide_vectors_compiled():
-    return lambda: _prefer_wide_vectors()
+@lower_builtin(wide_vectors)
+def _lower_wide_vectors(context, builder, sig, args):
+    # llvmlite's attribute set checks names against a fixed list that lacks LLVM's string attributes
+    set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+    return context.get_dummy_value()
 
 
 @njit(cache=True, nogil=True, inline="always")
