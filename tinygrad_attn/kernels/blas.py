@@ -87,7 +87,7 @@ def set_blas_threads(n: int) -> bool:
     return set_ is not None
 
 
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _operand(rows, cols, row_stride, col_stride, item):
     """(flag, leading dimension) of a view from its shape and strides (scalars: one compiled version serves
     every layout); flag 0 when BLAS cannot read the view where it lies."""
@@ -125,22 +125,19 @@ def _matmul_loops(a, b, out, alpha, beta):
                 out[i, j] += x * b[p, j]
 
 
-def _gemm_views(a, a_m, a_k, a_rows, a_cols, b, b_k, b_n, b_rows, b_cols, out, o_m, o_n, o_rows, o_cols, item,
-                alpha, beta, gemm):
-    """BLAS's gemm on three views, each given as (address, shape, strides in bytes)."""
-    ta, lda = _operand(a_m, a_k, a_rows, a_cols, item)
-    tb, ldb = _operand(b_k, b_n, b_rows, b_cols, item)
-    to, ldo = _operand(o_m, o_n, o_rows, o_cols, item)
-    if o_m == 0 or o_n == 0:
+def _gemm_views(a, ta, lda, b, tb, ldb, out, to, ldo, m, n, k, alpha, beta, gemm):
+    """BLAS's gemm on three views, each given as (address, transpose flag, leading dimension): _operand's."""
+    if m == 0 or n == 0:
         return
     if ta == 0 or tb == 0 or to != NO_TRANS:  # never from flash.py, whose callers lay every operand out for BLAS
         raise ValueError("matmul_into: an operand BLAS cannot read in place")
-    gemm(ROW_MAJOR, ta, tb, o_m, o_n, a_k, alpha, a, lda, b, ldb, beta, out, ldo)  # with k = 0: out <- beta out
+    gemm(ROW_MAJOR, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, out, ldo)  # with k = 0: out <- beta out
 
 
 # Compiled, matmul_into is lowered by hand rather than through @overload: an overload compiles a version for
 # each combination of the three views' layouts (six in flash attention, about 0.1 s each on a first run),
-# where this passes each view as its address, shape and strides to one version per dtype of _gemm_views.
+# where this describes each view by its address, flag and leading dimension (_operand of its shape and
+# strides, compiled once) to one version per dtype of _gemm_views.
 @type_callable(matmul_into)
 def _type_matmul_into(context):
     def typer(a, b, out, alpha, beta, gemm):
@@ -156,15 +153,19 @@ def _lower_matmul_into(context, builder, sig, args):
     if isinstance(gemm_type, types.NoneType):
         return context.compile_internal(builder, lambda a, b, out, alpha, beta, gemm: _matmul_loops(
             a, b, out, alpha, beta), sig, args)
-    views = []
+    item, views, shapes = context.get_constant(types.int64, real.bitwidth // 8), [], []
+    describe = types.UniTuple(types.int64, 2)(*[types.int64] * 5)  # _operand: (flag, leading dimension)
     for array_type, value in zip(sig.args[:3], args[:3]):
         array = context.make_array(array_type)(context, builder, value=value)
-        views += [builder.ptrtoint(array.data, ir.IntType(64)), *cgutils.unpack_tuple(builder, array.shape, 2),
-                  *cgutils.unpack_tuple(builder, array.strides, 2)]
-    views.append(context.get_constant(types.int64, real.bitwidth // 8))
+        shape = cgutils.unpack_tuple(builder, array.shape, 2)
+        described = context.compile_internal(builder, _operand.py_func, describe,
+                                             [*shape, *cgutils.unpack_tuple(builder, array.strides, 2), item])
+        views += [builder.ptrtoint(array.data, ir.IntType(64)), *cgutils.unpack_tuple(builder, described, 2)]
+        shapes.append(shape)
+    (m, k), (_, n) = shapes[0], shapes[1]
     scalars = [context.cast(builder, v, t, real) for v, t in zip(args[3:5], sig.args[3:5])]
-    return context.compile_internal(builder, _gemm_views, types.none(*[types.int64] * 16, real, real, gemm_type),
-                                    views + scalars + [args[5]])
+    return context.compile_internal(builder, _gemm_views, types.none(*[types.int64] * 12, real, real, gemm_type),
+                                    views + [m, n, k] + scalars + [args[5]])
 
 
 def product_blocks(m: int, k: int, n: int, a_flag: int, b_flag: int) -> tuple[int, int, int]:

@@ -36,7 +36,8 @@ def _backward_rows(x, target, lse, row_grad, ignore_index, dx, start, stop):
     wide_vectors()
     for r in range(start, stop):
         if target[r] == ignore_index:
-            dx[r, :] = 0
+            for c in range(x.shape[1]):  # a loop: a slice assignment compiles numba's broadcasting setitem
+                dx[r, c] = 0
             continue
         for c in range(x.shape[1]):
             dx[r, c] = exp_vectorizable(x[r, c] - lse[r]) * row_grad[r]
