@@ -471,7 +471,7 @@ def _tile_probs_reference(scores, q_start, k_start, causal, shift=None):
        causal=st.booleans(), seed=st.integers(0, 2**16))
 def test_online_softmax_and_probs_match_numpy_on_short_and_long_rows(dtype, keys, data, bq, starts, causal, seed):
     """online_softmax over a row's keys in one tile and in two, and exp_shifted by lse, against numpy on rows
-    of few and of many keys (the whole tile exponentiated as one flat array), with masked (-inf)
+    of few and of many keys (each row one vectorised loop over its keys), with masked (-inf)
     scores, a row with nothing visible, and a NaN."""
     bk = data.draw(st.integers(*keys))
     rng = np.random.default_rng(seed)
