@@ -15,13 +15,14 @@ from numba import njit
 
 import tinygrad_attn as ta
 from tinygrad_attn import functional as F
-from tinygrad_attn.kernels import blas, flash, layout, parallel, tiles
+from tinygrad_attn.kernels import blas, flash, layout, parallel, tiles, vector
 from tinygrad_attn.kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward, cross_entropy_reference
 from tinygrad_attn.kernels.embedding import scatter_add_rows, scatter_add_rows_reference
 from tinygrad_attn.kernels.gelu import gelu_backward, gelu_forward, gelu_reference
 from tinygrad_attn.kernels.layernorm import layer_norm_backward, layer_norm_forward, layer_norm_reference
 from tinygrad_attn.kernels.relu import relu_backward, relu_forward, relu_reference
 from tinygrad_attn.kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward, softmax_reference
+from tinygrad_attn.kernels.views import columns, rows
 
 pytestmark = pytest.mark.kernels
 DTYPES = [np.float32, np.float64]
@@ -408,6 +409,77 @@ def test_flash_attention_any_number_of_leading_dims(small_blocks, lead):
     out = F.scaled_dot_product_attention(ta.Tensor(q), ta.Tensor(k), ta.Tensor(v), mask=mask, is_causal=True)
     np.testing.assert_allclose(out.numpy(), flash.attention_reference(q, k, v, 3**-0.5, True, bias),
                                rtol=1e-12, atol=1e-12)
+
+
+@njit
+def _read(view):
+    """The view's elements read one by one in compiled code, which indexes as the view's type says it lies."""
+    out = np.empty(view.shape)
+    for i in range(view.shape[0]):
+        for j in range(view.shape[1]):
+            out[i, j] = view[i, j]
+    return out
+
+
+@njit  # not cached, like _exp_each below
+def _extrema(a, b):
+    out = np.empty((2, a.size), a.dtype)
+    for i in range(a.size):
+        out[0, i], out[1, i] = vector.minimum(a[i], b[i]), vector.maximum(a[i], b[i])
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [np.int64, np.int32, np.uint8])
+@given(seed=st.integers(0, 2**16))
+def test_minimum_and_maximum_are_numpys(dtype, seed):
+    """Compiled (LLVM's minimum, maximum, smin, smax, umin, umax): numpy's np.minimum and np.maximum, a NaN
+    on either side giving NaN, and integers of either sign compared as numbers."""
+    rng = np.random.default_rng(seed)
+    if np.issubdtype(dtype, np.floating):
+        pool = np.array([0.0, -0.5, 1.5, -np.inf, np.inf, np.nan, 3.0, -2.0], dtype)
+    else:
+        info = np.iinfo(dtype)
+        pool = np.array([info.min, info.max, 0, 1, info.min // 2 + 1, 7], dtype)
+    a, b = rng.choice(pool, 40), rng.choice(pool, 40)
+    got = _extrema(a, b)
+    np.testing.assert_array_equal(got[0], np.minimum(a, b))
+    np.testing.assert_array_equal(got[1], np.maximum(a, b))
+
+
+@njit  # not cached, like _exp_each below
+def _views(a, r0, r1, c0, c1):
+    views = rows(a, r0, r1), columns(a, c0, c1), columns(rows(a, r0, r1), c0, c1)
+    return views, (_read(views[0]), _read(views[1]), _read(views[2]))
+
+
+@njit
+def _rows_of_a_local_array(n, start, stop):
+    return rows(np.arange(n * 3.0).reshape(n, 3), start, stop)  # the view must keep the array it views alive
+
+
+@pytest.mark.parametrize("how", ["contiguous", "transposed", "every other row"])
+@given(data=st.data(), shape=shapes(min_dims=2, max_dims=3, max_side=5), seed=st.integers(0, 2**16))
+def test_row_and_column_views_are_numpys_slices(how, data, shape, seed):
+    """views.rows and views.columns compiled: the same elements, shape and strides as numpy's slices, for
+    every in-range bound (empty views too), on contiguous and strided arrays, and views that write through."""
+    base = np.random.default_rng(seed).normal(size=shape[::-1] if how == "transposed" else shape)
+    a = {"contiguous": base, "transposed": base.T, "every other row": np.repeat(base, 2, axis=0)[::2]}[how]
+    r0 = data.draw(st.integers(0, a.shape[0]))
+    r1 = data.draw(st.integers(r0, a.shape[0]))
+    c0 = data.draw(st.integers(0, a.shape[1]))
+    c1 = data.draw(st.integers(c0, a.shape[1]))
+    got, read = _views(a, r0, r1, c0, c1)
+    for view, values, want in zip(got, read, (a[r0:r1], a[:, c0:c1], a[r0:r1, c0:c1])):
+        assert view.shape == want.shape and view.strides == want.strides
+        np.testing.assert_array_equal(view, want)
+        np.testing.assert_array_equal(values, want)
+        assert view.size == 0 or np.shares_memory(view, a)
+    assert got[0].flags.c_contiguous == a[r0:r1].flags.c_contiguous
+    if got[2].size:
+        got[2][...] = -7.0  # a view, not a copy: the write reaches a
+        assert np.all(a[r0:r1, c0:c1] == -7.0)
+    kept = _rows_of_a_local_array(6, 1, 4)
+    np.testing.assert_array_equal(kept, np.arange(18.0).reshape(6, 3)[1:4])
 
 
 @njit  # not cached: a cache here would not see a change to the exp it calls in another file

@@ -25,7 +25,7 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import lower_builtin, type_callable
 
-from .vector import part_rows
+from .vector import maximum, part_rows
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS enum values
 ONE_THREAD_PRODUCT = 1 << 18  # OpenBLAS's threshold (65536 x GEMM_MULTITHREAD_THRESHOLD 4) for threaded gemm
@@ -92,9 +92,9 @@ def _operand(rows, cols, row_stride, col_stride, item):
     """(flag, leading dimension) of a view from its shape and strides (scalars: one compiled version serves
     every layout); flag 0 when BLAS cannot read the view where it lies."""
     if (cols <= 1 or col_stride == item) and (rows <= 1 or (row_stride % item == 0 and row_stride >= cols * item)):
-        return NO_TRANS, row_stride // item if rows > 1 else max(cols, 1)
+        return NO_TRANS, row_stride // item if rows > 1 else maximum(cols, 1)
     if (rows <= 1 or row_stride == item) and (cols <= 1 or (col_stride % item == 0 and col_stride >= rows * item)):
-        return TRANS, col_stride // item if cols > 1 else max(rows, 1)
+        return TRANS, col_stride // item if cols > 1 else maximum(rows, 1)
     return 0, 0
 
 

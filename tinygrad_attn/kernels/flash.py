@@ -19,8 +19,11 @@ query blocks that see each tile, recomputing P from lse instead of storing it:
 `attend_query_blocks` and `backward_key_ranges` are those loops over a list of
 items, run on one thread; their `prange` drivers give each thread its list
 (layout.py's plan). Products go through blas.py's `matmul_into` (BLAS, called
-from compiled code), what happens to a tile in between through tiles.py. With
-NUMBA_DISABLE_JIT=1 the same code runs as Python, a debugger can step into.
+from compiled code), what happens to a tile in between through tiles.py. Rows
+and columns are taken with views.py's `rows(a, start, stop)` (a[start:stop])
+and `columns(a, start, stop)` (a[:, start:stop]), which compile without
+numba's slice clamping. With NUMBA_DISABLE_JIT=1 the same code runs as Python,
+a debugger can step into.
 
 A row with nothing to attend to (every key masked) gets l = 0: output 0 P v
 (0, or NaN from a NaN in v, as on the math path), lse -inf, gradients 0; with no
@@ -39,6 +42,8 @@ from . import SAFE_FASTMATH, buffers, parallel
 from .blas import gemm_for, matmul_into
 from .layout import backward_plan, dense_rows, forward_plan, new_like, rows_apart, tile_shape
 from .tiles import exp_shifted, online_softmax, score_gradient
+from .vector import minimum
+from .views import columns, rows
 
 FEW_ROWS = 16  # a query block of fewer rows multiplies by k^T where it lies instead of laying it out
 
@@ -85,29 +90,31 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
         a, b = divmod(group, n_inner)
         q_g, k_g, v_g, bias_g = q[a, b], k[a, b], v[a, b], bias[a, b]  # (Tq, d), (Tk, d), (Tk, dv), (Tq, Tk)
         r0 = block * bq
-        r1 = min(r0 + bq, tq)
-        q_rows, out_rows = q_g[r0:r1], out[a, b, r0:r1]  # (bq, d), (bq, dv)
+        r1 = minimum(r0 + bq, tq)
+        q_rows, out_rows = rows(q_g, r0, r1), rows(out[a, b], r0, r1)  # (bq, d), (bq, dv)
+        bias_rows = rows(bias_g, r0, r1)  # (bq, Tk)
         for i in range(r1 - r0):
             m[i] = -np.inf
             l[i] = 0
-        key_stop = min(tk, r1) if causal else tk  # keys >= r1 are hidden from every row of the block
+        key_stop = minimum(tk, r1) if causal else tk  # keys >= r1 are hidden from every row of the block
         for c0 in range(0, key_stop, bk):
-            c1 = min(c0 + bk, key_stop)
+            c1 = minimum(c0 + bk, key_stop)
             n = c1 - c0
-            s_rows = s_buf[:r1 - r0]  # (bq, bk): the tile in its first n columns, rows contiguous for tiles.py
-            s = s_rows[:, :n]  # (bq, n)
+            s_rows = rows(s_buf, 0, r1 - r0)  # (bq, bk): the tile in its first n columns, C rows for tiles.py
+            s = columns(s_rows, 0, n)  # (bq, n)
             if r1 - r0 >= FEW_ROWS:  # (scale k)^T laid out once for BLAS's fastest product: (d, bk)
-                k_t, factor = kt_buf[:, :n], 1.0
-                transpose_into(k_g[c0:c1], scale, k_t)
+                k_t, factor = columns(kt_buf, 0, n), 1.0
+                transpose_into(rows(k_g, c0, c1), scale, k_t)
             else:  # a few rows (one when decoding): laying k^T out would cost more than the product it speeds
-                k_t, factor = k_g[c0:c1].T, scale
-            scores_into(s, q_rows, k_t, factor, bias_g[r0:r1, c0:c1], has_bias, gemm)
+                k_t, factor = rows(k_g, c0, c1).T, scale
+            scores_into(s, q_rows, k_t, factor, columns(bias_rows, c0, c1), has_bias, gemm)
             last = c1 == key_stop  # then P and alpha come divided by l'
             online_softmax(s_rows, n, m, l, alpha, r0, c0, causal, last)  # S <- P = exp(S - m'), exp(m - m')
             if c0 > 0:
                 scale_rows(out_rows, alpha)  # out alpha (the first tile has nothing to rescale)
-            matmul_into(s, v_g[c0:c1], out_rows, 1.0, 1.0 if c0 > 0 else 0.0, gemm)  # out += P v: (bq, bk) (bk, dv)
-        lse_rows = lse[a, b, r0:r1]  # (bq,)
+            v_tile = rows(v_g, c0, c1)  # (bk, dv)
+            matmul_into(s, v_tile, out_rows, 1.0, 1.0 if c0 > 0 else 0.0, gemm)  # out += P v: (bq, bk) (bk, dv)
+        lse_rows = rows(lse[a, b], r0, r1)  # (bq,)
         for i in range(r1 - r0):  # lse = m + log l; a row that saw nothing: -inf
             lse_rows[i] = m[i] + math.log(l[i]) if l[i] > 0 else (l[i] if l[i] != l[i] else -np.inf)
             for c in range(d_v if key_stop == 0 else 0):  # no key at all: no product wrote the output
@@ -138,26 +145,26 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
                 total += grad_g[i, c] * out_g[i, c]
             delta[i] = total
         for c0 in range(edges[r], edges[r + 1], bk):
-            c1 = min(c0 + bk, tk)
+            c1 = minimum(c0 + bk, tk)
             n = c1 - c0
-            k_tile, k_t, v_t = k_g[c0:c1], kt_buf[:, :n], vt_buf[:, :n]
-            dk_tile, dv_tile = dk_g[c0:c1], dv_g[c0:c1]  # (bk, d), (bk, dv)
+            k_tile, k_t, v_t = rows(k_g, c0, c1), columns(kt_buf, 0, n), columns(vt_buf, 0, n)  # (n, d) (d, n) (dv, n)
+            dk_tile, dv_tile = rows(dk_g, c0, c1), rows(dv_g, c0, c1)  # (bk, d), (bk, dv)
             transpose_into(k_tile, scale, k_t)  # (scale k)^T: (d, bk)
-            transpose_into(v_g[c0:c1], one, v_t)  # v^T: (dv, bk)
+            transpose_into(rows(v_g, c0, c1), one, v_t)  # v^T: (dv, bk)
             first = (c0 // bq) * bq if causal else 0  # query rows before c0 see none of these keys
             for r0 in range(first, tq, bq):
-                r1 = min(r0 + bq, tq)
-                q_rows, d_out = q_g[r0:r1], grad_g[r0:r1]  # (bq, d), (bq, dv)
-                s_rows, dp_rows = s_buf[:r1 - r0], dp_buf[:r1 - r0]  # (bq, bk): tiles in their first n columns
-                s, dp = s_rows[:, :n], dp_rows[:, :n]  # (bq, n)
-                scores_into(s, q_rows, k_t, 1.0, bias_g[r0:r1, c0:c1], has_bias, gemm)
+                r1 = minimum(r0 + bq, tq)
+                q_rows, d_out = rows(q_g, r0, r1), rows(grad_g, r0, r1)  # (bq, d), (bq, dv)
+                s_rows, dp_rows = rows(s_buf, 0, r1 - r0), rows(dp_buf, 0, r1 - r0)  # (bq, bk): tiles in n columns
+                s, dp = columns(s_rows, 0, n), columns(dp_rows, 0, n)  # (bq, n)
+                scores_into(s, q_rows, k_t, 1.0, columns(rows(bias_g, r0, r1), c0, c1), has_bias, gemm)
                 for i in range(r1 - r0):  # contiguous, like the forward's m: exp_shifted compiles one version
                     lse_rows[i] = lse[a, b, r0 + i]
                 exp_shifted(s_rows, n, lse_rows, r0, c0, causal)  # S <- P = exp(S - lse)
                 matmul_into(s.T, d_out, dv_tile, 1.0, 1.0, gemm)  # dV += P^T dO: (bk, bq) (bq, dv)
                 matmul_into(d_out, v_t, dp, 1.0, 0.0, gemm)  # dP = dO v^T: (bq, dv) (dv, bk)
-                score_gradient(s_rows, dp_rows, n, delta[r0:r1], scale)  # dP <- scale dS, dS = P (dP - delta)
-                matmul_into(dp, k_tile, dq_g[r0:r1], 1.0, 1.0, gemm)  # dQ += scale dS k: (bq, bk) (bk, d)
+                score_gradient(s_rows, dp_rows, n, rows(delta, r0, r1), scale)  # dP <- scale dS, dS = P (dP - delta)
+                matmul_into(dp, k_tile, rows(dq_g, r0, r1), 1.0, 1.0, gemm)  # dQ += scale dS k: (bq, bk) (bk, d)
                 matmul_into(dp.T, q_rows, dk_tile, 1.0, 1.0, gemm)  # dK += scale dS^T q: (bk, bq) (bq, d)
 
 

@@ -21,14 +21,14 @@ import numpy as np
 from numba import njit
 
 from . import SAFE_FASTMATH
-from .vector import exp_vectorizable, maximum, wide_vectors
+from .vector import exp_vectorizable, maximum, minimum, wide_vectors
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
 def visible_keys(i, n, q_start, k_start, causal):
     """How many leading keys of the n of tile row i may be seen: key k_start + j is hidden from query
     q_start + i when j > i + q_start - k_start."""
-    return max(min(n, q_start + i - k_start + 1), 0) if causal else n
+    return maximum(minimum(n, q_start + i - k_start + 1), 0) if causal else n
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")

@@ -1,5 +1,5 @@
-"""The scalar and vector helpers every kernel is written with: a NaN-carrying max, an exp LLVM vectorises,
-the widest vectors, and the rows of part p.
+"""The scalar and vector helpers every kernel is written with: a NaN-carrying max and min, an exp LLVM
+vectorises, the widest vectors, and the rows of part p.
 
 Compiled, `maximum` and `exp_vectorizable` become LLVM's NaN-propagating `maximum` and an exp made of a
 polynomial and an exponent shift, both of which LLVM turns into vector instructions; numba's `max` and
@@ -19,29 +19,43 @@ from numba.extending import intrinsic, lower_builtin, overload, type_callable
 
 
 def maximum(a, b):
-    """The larger of two floats, NaN when either is NaN (IEEE 754-2019 maximum).
+    """The larger of two numbers of one type, NaN when either is NaN (IEEE 754-2019 maximum).
 
-    Compiled, it is LLVM's `maximum`, which the loop vectoriser turns into a
-    vector reduction (numba's `max` compiles to a chain of compare-and-selects).
-    A NaN score reaches the row max, and from it the output.
+    Compiled, it is LLVM's `maximum` for floats, which the loop vectoriser turns into a
+    vector reduction (numba's `max` compiles to a chain of compare-and-selects), and
+    its `smax` for integers. A NaN score reaches the row max, and from it the output.
     """
     return a if a > b or a != a else b
 
 
-# Compiled, `maximum` and `wide_vectors` are lowered by hand, as blas.py's matmul_into is: an @overload
-# would compile a small function of its own for each (about 0.04 s each on a first run).
-@type_callable(maximum)
-def _type_maximum(context):
+def minimum(a, b):
+    """The smaller of two numbers of one type, NaN when either is NaN: LLVM's `minimum` or `smin`, compiled."""
+    return a if a < b or a != a else b
+
+
+# Compiled, these and `wide_vectors` are lowered by hand, as blas.py's matmul_into is: numba's `min` and
+# `max`, like an @overload, compile a small function of their own on first use (0.03 to 0.04 s each).
+def _type_extremum(context):
     def typer(a, b):
-        return a if a == b and isinstance(a, types.Float) else None
+        return a if a == b and isinstance(a, (types.Float, types.Integer)) else None
     return typer
 
 
-@lower_builtin(maximum, types.Float, types.Float)
-def _lower_maximum(context, builder, sig, args):
-    return builder.call(cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(args[0].type, [args[0].type] * 2), f"llvm.maximum.f{sig.args[0].bitwidth}"),
-        args)
+def _lower_extremum(name):
+    def lower(context, builder, sig, args):
+        kind = sig.args[0]
+        if isinstance(kind, types.Float):
+            intrinsic_name = f"llvm.{name}imum.f{kind.bitwidth}"  # llvm.maximum.f32, llvm.minimum.f64, ...
+        else:
+            intrinsic_name = f"llvm.{'s' if kind.signed else 'u'}{name}.i{kind.bitwidth}"  # llvm.smax.i64, ...
+        function_type = ir.FunctionType(args[0].type, [args[0].type] * 2)
+        return builder.call(cgutils.get_or_insert_function(builder.module, function_type, intrinsic_name), args)
+    return lower
+
+
+for _extremum, _name in ((maximum, "max"), (minimum, "min")):
+    type_callable(_extremum)(_type_extremum)
+    lower_builtin(_extremum, types.Number, types.Number)(_lower_extremum(_name))
 
 
 def wide_vectors():
