@@ -5,6 +5,7 @@ fallback of every kernel is checked too.
 """
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -419,6 +420,33 @@ def _read(view):
         for j in range(view.shape[1]):
             out[i, j] = view[i, j]
     return out
+
+
+@njit  # not cached, like _exp_each below
+def _doubled(x):
+    return 2 * x
+
+
+@njit
+def _doubled_out_of_line(x):
+    vector.never_inline()
+    return 2 * x
+
+
+@njit
+def _both_doubled(x):
+    return _doubled(x) + _doubled_out_of_line(x)
+
+
+def test_never_inline_keeps_its_caller_a_call():
+    """In the optimised code of a caller, a function marked never_inline is still called, where the same
+    function unmarked is inlined (the control: LLVM inlines a function this small)."""
+    assert _both_doubled(3) == 12
+    if not hasattr(_both_doubled, "inspect_llvm"):
+        pytest.skip("NUMBA_DISABLE_JIT: plain Python, nothing is inlined")
+    called = re.findall(r"call [^@]*@\"?([\w.$]+)", _both_doubled.inspect_llvm(_both_doubled.signatures[0]))
+    assert any("_doubled_out_of_line" in name for name in called), called
+    assert not any(re.search(r"\d_doubledB", name) for name in called), called
 
 
 @njit  # not cached, like _exp_each below

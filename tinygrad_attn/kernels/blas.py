@@ -25,7 +25,7 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import lower_builtin, type_callable
 
-from .vector import maximum, part_rows
+from .vector import maximum, never_inline, part_rows
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS enum values
 ONE_THREAD_PRODUCT = 1 << 18  # OpenBLAS's threshold (65536 x GEMM_MULTITHREAD_THRESHOLD 4) for threaded gemm
@@ -91,6 +91,7 @@ def set_blas_threads(n: int) -> bool:
 def _operand(rows, cols, row_stride, col_stride, item):
     """(flag, leading dimension) of a view from its shape and strides (scalars: one compiled version serves
     every layout); flag 0 when BLAS cannot read the view where it lies."""
+    never_inline()  # one call per view, rather than a copy in every product of the drivers
     if (cols <= 1 or col_stride == item) and (rows <= 1 or (row_stride % item == 0 and row_stride >= cols * item)):
         return NO_TRANS, row_stride // item if rows > 1 else maximum(cols, 1)
     if (rows <= 1 or row_stride == item) and (cols <= 1 or (col_stride % item == 0 and col_stride >= rows * item)):
@@ -127,6 +128,7 @@ def _matmul_loops(a, b, out, alpha, beta):
 
 def _gemm_views(a, ta, lda, b, tb, ldb, out, to, ldo, m, n, k, alpha, beta, gemm):
     """BLAS's gemm on three views, each given as (address, transpose flag, leading dimension): _operand's."""
+    never_inline()
     if m == 0 or n == 0:
         return
     if ta == 0 or tb == 0 or to != NO_TRANS:  # never from flash.py, whose callers lay every operand out for BLAS

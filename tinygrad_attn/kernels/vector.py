@@ -1,5 +1,5 @@
 """The scalar and vector helpers every kernel is written with: a NaN-carrying max and min, an exp LLVM
-vectorises, the widest vectors, and the rows of part p.
+vectorises, the widest vectors, a function kept out of line, and the rows of part p.
 
 Compiled, `maximum` and `exp_vectorizable` become LLVM's NaN-propagating `maximum` and an exp made of a
 polynomial and an exponent shift, both of which LLVM turns into vector instructions; numba's `max` and
@@ -76,6 +76,25 @@ def _type_wide_vectors(context):
 def _lower_wide_vectors(context, builder, sig, args):
     # llvmlite's attribute set checks names against a fixed list that lacks LLVM's string attributes
     set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+    return context.get_dummy_value()
+
+
+def never_inline():
+    """Keep the calling function a call wherever it is used: LLVM's `noinline` on it, compiled.
+
+    blas.py's two helpers behind every tile product, inlined by LLVM at each of the drivers' eight products,
+    made about 0.1 s more to compile on a first run and ran no faster. Without numba it does nothing.
+    """
+
+
+@type_callable(never_inline)
+def _type_never_inline(context):
+    return lambda: types.none
+
+
+@lower_builtin(never_inline)
+def _lower_never_inline(context, builder, sig, args):
+    builder.function.attributes.add("noinline")
     return context.get_dummy_value()
 
 
