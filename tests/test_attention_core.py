@@ -352,32 +352,32 @@ def test_nan_reaches_the_same_entries_on_both_paths(t, masking):
 
 
 def test_no_python_runs_inside_attentions_parallel_work(monkeypatch):
-    """Attention's parts on numba's threads need no GIL: the calling thread holds it all along (a long
-    switch interval keeps it from being handed over) while the parts run to the end. A part that ran
-    Python (a callback into the interpreter) would wait for the GIL until the deadline. The worker thread
-    makes one call first: after other Python threads have run parallel work, a thread's first parallel
-    call waits for the GIL once, in numba's setup of that thread's team, not in the library's code."""
+    """Attention's parts on numba's threads need no GIL once they run: as soon as they have started writing,
+    the calling thread takes the GIL and keeps it (a long switch interval keeps it from being handed over)
+    while the parts run to the end. A part that ran Python (a callback into the interpreter) would wait for
+    the GIL until the deadline. numba's launcher itself takes the GIL for a moment at every launch (its
+    gufunc wrapper), so the GIL is held only once the parts are under way; the worker thread makes one call
+    first, in which numba sets up that thread's team."""
     from tinygrad_attn.kernels import flash, layout
 
     if not parallel._numba_ready():
         pytest.skip("numba has no threading layer that several Python threads may call here")
     share_work_among_threads(monkeypatch, 2)
     rng = np.random.default_rng(0)
-    q, k, v = (rng.normal(size=(1, 4, 1024, 32)).astype(np.float32) for _ in range(3))
-    tile = layout.tile_shape(1024, 1024, 32)
-    plan = layout.forward_plan(4, 1024, 1024, True, tile, 2)
-    out, lse = np.empty_like(q), np.full((1, 4, 1024), np.nan, np.float32)
+    q, k, v = (rng.normal(size=(1, 4, 2048, 32)).astype(np.float32) for _ in range(3))
+    tile = layout.tile_shape(2048, 2048, 32)
+    plan = layout.forward_plan(4, 2048, 2048, True, tile, 2)
+    out, lse = np.empty_like(q), np.full((1, 4, 2048), np.nan, np.float32)
     args = (q, k, v, np.zeros((1, 1, 1, 1), np.float32), False, np.float32(0.2), True, *tile, out, lse,
             flash.gemm_for(q.dtype), *plan)
     kernel = parallel.any_layout(flash._forward_parallel)
     kernel(*args)  # compiled before the clock starts
-    ready, go, started, done = threading.Event(), threading.Event(), threading.Event(), []
+    ready, go, done = threading.Event(), threading.Event(), []
 
     def work():
         kernel(*args)  # this thread's first parallel call sets up its own thread team
         ready.set()
         go.wait()
-        started.set()
         kernel(*args)
         done.append(1)
 
@@ -385,17 +385,21 @@ def test_no_python_runs_inside_attentions_parallel_work(monkeypatch):
     worker.start()
     ready.wait()
     lse[...] = np.nan
+    flat = lse.reshape(-1)
+    go.set()
+    deadline = time.perf_counter() + 20
+    while np.isnan(lse).all() and time.perf_counter() < deadline:
+        time.sleep(1e-4)  # the GIL is free for the launch until the parts write their first rows
     interval = sys.getswitchinterval()
     sys.setswitchinterval(100.0)
     try:
-        go.set()
-        started.wait()
-        deadline, flat = time.perf_counter() + 20, lse.reshape(-1)
+        left_when_held = sum(1 for i in range(flat.size) if flat[i] != flat[i])  # pure Python from here on
         while time.perf_counter() < deadline and any(flat[i] != flat[i] for i in range(flat.size)):
-            pass  # pure Python: this thread keeps the GIL
+            pass  # this thread keeps the GIL
         filled = not any(flat[i] != flat[i] for i in range(flat.size))
     finally:
         sys.setswitchinterval(interval)
     worker.join(60)
+    assert 0 < left_when_held < flat.size, "the parts must be under way, and not done, when the GIL is taken"
     assert filled and done
     np.testing.assert_allclose(out, flash.attention_reference(q, k, v, 0.2, True, None), rtol=1e-4, atol=1e-5)
