@@ -82,7 +82,7 @@ def _lower_wide_vectors(context, builder, sig, args):
 def never_inline():
     """Keep the calling function a call wherever it is used: LLVM's `noinline` on it, compiled.
 
-    blas.py's two helpers behind every tile product, inlined by LLVM at each of the drivers' eight products,
+    blas.py's two helpers behind every tile product, inlined by LLVM at each of the drivers' seven products,
     made about 0.1 s more to compile on a first run and ran no faster. Without numba it does nothing.
     """
 
