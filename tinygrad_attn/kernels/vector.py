@@ -67,18 +67,6 @@ def wide_vectors():
     """
 
 
-@type_callable(wide_vectors)
-def _type_wide_vectors(context):
-    return lambda: types.none
-
-
-@lower_builtin(wide_vectors)
-def _lower_wide_vectors(context, builder, sig, args):
-    # llvmlite's attribute set checks names against a fixed list that lacks LLVM's string attributes
-    set.add(builder.function.attributes, '"prefer-vector-width"="512"')
-    return context.get_dummy_value()
-
-
 def never_inline():
     """Keep the calling function a call wherever it is used: LLVM's `noinline` on it, compiled.
 
@@ -87,15 +75,19 @@ def never_inline():
     """
 
 
-@type_callable(never_inline)
-def _type_never_inline(context):
-    return lambda: types.none
+def _mark_caller(marker, attribute):
+    """Compiled, a call to `marker()` puts an LLVM attribute on the calling function and does nothing else."""
+    type_callable(marker)(lambda context: lambda: types.none)
+
+    @lower_builtin(marker)
+    def lower(context, builder, sig, args):
+        # set.add: llvmlite's attribute set checks names against a list that lacks LLVM's string attributes
+        set.add(builder.function.attributes, attribute)
+        return context.get_dummy_value()
 
 
-@lower_builtin(never_inline)
-def _lower_never_inline(context, builder, sig, args):
-    builder.function.attributes.add("noinline")
-    return context.get_dummy_value()
+_mark_caller(wide_vectors, '"prefer-vector-width"="512"')
+_mark_caller(never_inline, "noinline")
 
 
 @njit(cache=True, nogil=True, inline="always")
