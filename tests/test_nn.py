@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 import tinygrad_attn as ta
 from tinygrad_attn import nn
+from tinygrad_attn.fused import PackedLinearFunction
 from tinygrad_attn.kernels import parallel
-from tinygrad_attn.nn.layers import PackedLinearFunction
 
 
 def double(module):

@@ -193,14 +193,14 @@ def test_backward_refuses_values_changed_in_place_after_they_were_saved(op):
         out.sum().backward()
 
 
-def test_in_place_after_use_is_refused_rather_than_rerouted():
+def test_in_place_on_a_tensor_no_op_saved_is_accepted_as_in_pytorch():
     x = T([1.0, 2.0])
     y = x * 2
-    z = y + 1  # Add saves nothing: PyTorch would route z's gradient around the change; here it is refused
-    with pytest.raises(RuntimeError, match="already used by an op"):
-        y.add_(1.0)
+    z = y + 1  # Add saves nothing, so changing y afterwards changes no gradient: PyTorch accepts it
+    y.add_(1.0)
     z.sum().backward()
     assert x.grad.tolist() == [2.0, 2.0]
+    assert y.tolist() == [3.0, 5.0] and z.tolist() == [3.0, 5.0]
 
 
 def test_views_share_the_version_counter():

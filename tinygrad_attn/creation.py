@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from . import rng
+from .checks import check_number, check_tensor
 from .engine import check_device, tensor_dtype
-from .ops import check_number, check_tensor
 from .tensor import Tensor, where
 
 _DEFAULT = np.float32

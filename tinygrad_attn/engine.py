@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -186,8 +187,10 @@ class set_grad_enabled(_GradMode):
 
 class Node:
     """What the engine needs of a tensor: `_data` (its array), `_ctx` (the Context that made it, or None),
-    `requires_grad`, `grad`, `_hooks`, `_retains_grad`, its version counter, and the class methods
-    `_result(array, ctx)` and `_wrap(value)` that make new ones. tensor.py's Tensor is the one subclass."""
+    `requires_grad`, `grad`, `_hooks`, `_retains_grad`, its version counter, the class methods
+    `_result(array, ctx)` and `_wrap(value)` that make new ones, and, for gradients that are tensors
+    themselves (create_graph), the methods `sum`, `reshape` and `astype`. tensor.py's Tensor is the one
+    subclass."""
 
     __slots__ = ()
 
@@ -195,44 +198,56 @@ class Node:
 class Context:
     """What one application of a Function leaves for its backward.
 
-    `inputs` are the parent tensors (the graph's edges), `needs_input_grad`
-    says which of them want a gradient, and `saved_tensors` holds the arrays
-    the forward chose to keep. Any other attribute (a shape, an axis) may be
-    set on it freely.
+    `inputs` are the parent tensors (the graph's edges), `needs_input_grad` says which of them want a
+    gradient, `saved_tensors` holds the arrays the forward chose to keep and `kwargs` its other
+    arguments. Any other attribute (a shape, an axis) may be set on it freely. `output` is a weak
+    reference to the tensor the op made (alive while anything can still reach this node).
     """
 
-    def __init__(self, function: type[Function], inputs: tuple[Node, ...]):
-        self.function = function
-        self.inputs = inputs
+    def __init__(self, function: type[Function], inputs: tuple[Node, ...], kwargs: dict):
+        self.function, self.inputs, self.kwargs = function, inputs, kwargs
         self.needs_input_grad = tuple([t.requires_grad for t in inputs])
         self.scope = module_scope.get()  # the module whose forward made this node (None outside modules)
         self.saved_tensors: tuple = ()
-        self.saved_versions: tuple = ()
+        self.saved_sources: tuple = ()  # per saved array: the input it is (0, 1, ...), -1 the output, None other
+        self.saved_versions: tuple = ()  # (tensor, counter, version) of each tensor whose memory was saved
+        self.output: Callable | None = None
         self.released = False
 
     def save_for_backward(self, *arrays: Any) -> None:
         self.saved_tensors = arrays
 
-    def _record_versions(self, tensors: tuple[Node, ...]) -> None:
-        """Remember the version of every tensor whose memory a saved array is (or views), so that backward
-        can refuse to run on values an in-place op has changed since."""
-        owners = []
+    def _record_saved(self, tensors: tuple[Node, ...], result: Node) -> None:
+        """Say which tensor each saved array is (a higher-order backward then differentiates through that
+        tensor, a constant otherwise), and remember the version of every tensor whose memory a saved array
+        is or views, so that backward can refuse values an in-place op changed since."""
+        sources, owners, out = [], [], result._data
+        everyone = tensors + (result,)
         for arr in self.saved_tensors:
+            source = None
             if isinstance(arr, np.ndarray):
-                for t in tensors:
-                    base = arr.base
+                if arr is out:
+                    source = -1
+                else:
+                    for i, t in enumerate(tensors):
+                        if arr is t._data:
+                            source = i
+                            break
+                base = arr.base
+                for t in everyone:
                     own = t._data.base
                     if arr is t._data or own is arr or (base is not None and (base is t._data or base is own)):
                         owners.append((t, t._version_counter, t._version_counter[0]))
                         break
-        self.saved_versions = tuple(owners)
+            sources.append(source)
+        self.saved_sources, self.saved_versions = tuple(sources), tuple(owners)
 
     def check_versions(self) -> None:
         for t, counter, version in self.saved_versions:
             if counter[0] != version:
                 raise RuntimeError(
                     f"one of the variables needed for gradient computation has been modified by an inplace "
-                    f"operation: [Tensor of shape {t.shape}, dtype {t.dtype}], an input or output of "
+                    f"operation: [Tensor of shape {t.shape}, dtype {t.dtype}], an input, output or argument of "
                     f"{self.function.__name__}, is at version {counter[0]}; expected version {version} instead. "
                     "Use an out-of-place op (x = x + y instead of x += y, or clone() before changing it)")
 
@@ -243,18 +258,75 @@ class Context:
         self.released = True
 
 
+class _SavedAsTensors:
+    """A Context as a higher-order backward sees it: each saved array is the tensor it came from (an input,
+    the output), so the rule's ops record how the gradient depends on them; any other saved array (a
+    mask, an index, a sign) is a constant."""
+
+    def __init__(self, ctx: Context, kind: type):
+        self._ctx = ctx
+        saved = []
+        for arr, source in zip(ctx.saved_tensors, ctx.saved_sources):
+            if source is None:
+                saved.append(kind._result(arr, None) if isinstance(arr, np.ndarray) else arr)
+            elif source >= 0:
+                saved.append(ctx.inputs[source])
+            else:
+                saved.append(_output_of(ctx))
+        self.saved_tensors = tuple(saved)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+
+def _output_of(ctx: Context) -> Node:
+    """The tensor ctx's op made: alive while its node is reachable, else made again from the same inputs."""
+    out = ctx.output() if ctx.output is not None else None
+    return out if out is not None else ctx.function.apply(*ctx.inputs, **ctx.kwargs)
+
+
+def _read_constants(kwargs: dict) -> tuple[dict, tuple]:
+    """Tensors passed as non-differentiable arguments (indices, masks, targets) as their arrays, and their
+    versions: an in-place change of one before backward is refused, as PyTorch refuses it."""
+    values, guards = {}, []
+    for key, value in kwargs.items():
+        items = value if type(value) is tuple else (value,)
+        read = []
+        for item in items:
+            if isinstance(item, Node):
+                guards.append((item, item._version_counter, item._version_counter[0]))
+                item = item._data
+            read.append(item)
+        values[key] = tuple(read) if type(value) is tuple else read[0]
+    return values, tuple(guards)
+
+
+def _holds_tensor(value: Any) -> bool:
+    return isinstance(value, Node) or (type(value) is tuple and any(isinstance(v, Node) for v in value))
+
+
 class Function:
     """Base class of every differentiable op, built-in or the user's own.
 
-    Subclasses define two static methods on numpy arrays:
+    Subclasses define two static methods:
 
         forward(ctx, *arrays, **kwargs) -> array
         backward(ctx, grad) -> one gradient per positional input
                                (a tuple, or a bare array for one input; None
                                where an input needs no gradient)
 
-    and are called as `MyOp.apply(*tensors, **kwargs)`.
+    and are called as `MyOp.apply(*tensors, **kwargs)`. A tensor given as a keyword argument (an index,
+    a mask) reaches the forward as its array, and its version is checked before the backward runs.
+
+    Higher order (`create_graph=True`): a rule whose class sets `differentiable = True` is written in
+    operators and `ops.on(grad)`'s functions, so it runs on tensors and records its own graph; a fused
+    op gives `math(*tensors, **kwargs)`, the same op composed of primitive ops, and its higher-order
+    backward goes through that. Any other Function is differentiable once: a second derivative through
+    it is an error (PyTorch's `once_differentiable`), never a silent zero.
     """
+
+    differentiable = False  # the backward also runs on tensors (recording a graph)
+    math: Callable | None = None  # the op composed of primitive ops, for fused kernels' higher order
 
     @staticmethod
     def forward(ctx: Context, *arrays: np.ndarray, **kwargs: Any) -> np.ndarray:
@@ -276,7 +348,12 @@ class Function:
             raise TypeError(f"{cls.__name__}.apply: give at least one Tensor input, got "
                             f"{', '.join(type(x).__name__ for x in inputs) or 'none'}")
         tensors = tuple([x if isinstance(x, Node) else kind._wrap(x) for x in inputs]) if others else inputs
-        ctx = Context(cls, tensors)
+        guards = ()
+        for value in kwargs.values():
+            if _holds_tensor(value):
+                kwargs, guards = _read_constants(kwargs)
+                break
+        ctx = Context(cls, tensors, kwargs)
         out = cls.forward(ctx, *(t._data for t in tensors), **kwargs)
         if type(out) is not np.ndarray:
             out = np.asarray(out)
@@ -288,13 +365,48 @@ class Function:
                     result._version_counter, result._base = t._version_counter, t if t._base is None else t._base
                     break
         if requires_grad:
-            for t in tensors:
-                t._used = True
+            ctx.output = weakref.ref(result)
             if ctx.saved_tensors:
-                ctx._record_versions(tensors + (result,))
+                ctx._record_saved(tensors, result)
+            if guards:
+                ctx.saved_versions += guards
         for hook in _forward_hooks:
             hook(ctx, result)
         return result
+
+
+class _Alias(Function):
+    """The identity, as a node of its own: a fused op's higher-order backward differentiates its math with
+    respect to these stand-ins, so an input given twice (attention of x with itself) is counted once per
+    place."""
+
+    differentiable = True
+
+    @staticmethod
+    def forward(ctx, a):
+        return a
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class _OnceDifferentiable(Function):
+    """Stands for a gradient computed by a backward that cannot record its own graph: differentiating
+    through it again raises PyTorch's error instead of giving a silently wrong (zero) derivative."""
+
+    differentiable = True
+
+    @staticmethod
+    def forward(ctx, grad, *inputs, name):
+        ctx.name = name
+        return grad
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError(f"trying to differentiate twice a function that was marked with @once_differentiable "
+                           f"({ctx.name}): its backward is not written in differentiable ops; give the Function "
+                           "`differentiable = True` with a backward on tensors, or a `math` form")
 
 
 # Observers of the engine (used by tinygrad_attn.debug): called as
@@ -304,23 +416,26 @@ _forward_hooks: list[Callable] = []
 _backward_hooks: list[Callable] = []
 
 
-def _unbroadcast(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Sum `grad` over the axes numpy broadcasting added or stretched to reach `shape`."""
+def _unbroadcast(grad: Any, shape: tuple[int, ...]) -> Any:
+    """Sum `grad` (an array, or a tensor under create_graph) over the axes broadcasting added or stretched to
+    reach `shape`."""
     if grad.shape == shape:
         return grad
     extra = grad.ndim - len(shape)
     stretched = tuple(i + extra for i, n in enumerate(shape) if n == 1 and grad.shape[i + extra] != 1)
-    grad = grad.sum(axis=tuple(range(extra)) + stretched, keepdims=True)
-    return grad.reshape(shape)
+    axes = tuple(range(extra)) + stretched
+    if isinstance(grad, Node):
+        return (grad.sum(dim=axes, keepdim=True) if axes else grad).reshape(shape)
+    return grad.sum(axis=axes, keepdims=True).reshape(shape)
 
 
-def _topological_order(root: Node) -> list[Node]:
-    """Tensors reachable from `root` through the graph, parents before children.
+def _topological_order(roots: Any) -> list[Node]:
+    """Tensors reachable from `roots` through the graph, parents before children.
 
     Iterative depth-first search, so a chain of any length fits the Python stack.
     """
     order, visited = [], set()
-    stack: list[tuple[Node, bool]] = [(root, False)]
+    stack: list[tuple[Node, bool]] = [(root, False) for root in reversed(roots)]
     while stack:
         node, parents_done = stack.pop()
         if parents_done:
@@ -344,63 +459,124 @@ def _as_gradient_tuple(grads: Any, n_inputs: int, function: type) -> tuple:
     return grads
 
 
-def _run_hooks(node: Node, g: np.ndarray) -> np.ndarray:
+def _run_hooks(node: Node, g: Any) -> Any:
     """node's tensor hooks, in the order registered: each sees the gradient and may return a new one."""
+    kind = type(node)
     for hook in list(node._hooks.values()):
-        new = hook(type(node)._result(g, None))
+        new = hook(g if isinstance(g, Node) else kind._result(g, None))
         if new is not None:
-            new = new._data if isinstance(new, Node) else np.asarray(new)
+            if not isinstance(g, Node):
+                new = new._data if isinstance(new, Node) else np.asarray(new)
+            elif not isinstance(new, Node):
+                new = kind._wrap(np.asarray(new))
             if new.shape != g.shape:
                 raise RuntimeError(f"a hook returned a gradient of shape {new.shape} for a tensor of shape "
                                    f"{node.shape}")
-            g = new.astype(node.dtype, copy=False)
+            g = new.astype(node.dtype) if new.dtype != node.dtype else new
     return g
 
 
-def run_backward(root: Node, grad: np.ndarray, retain_graph: bool) -> None:
-    """Propagate `grad` (dL/droot) to every leaf that requires grad.
+def _higher_order_backward(ctx: Context, g: Node) -> tuple:
+    """One node's backward with create_graph: the input gradients as tensors whose graph records how they
+    depend on the inputs and on g."""
+    fn, kind = ctx.function, type(g)
+    if fn.math is not None:  # a fused kernel: differentiate its composition of primitive ops
+        stand_ins = tuple(_Alias.apply(t) if need else t for t, need in zip(ctx.inputs, ctx.needs_input_grad))
+        out = fn.math(*stand_ins, **ctx.kwargs)
+        wanted = [s for s, need in zip(stand_ins, ctx.needs_input_grad) if need]
+        found = iter(run_backward([out], [g], True, True, inputs=wanted))
+        return tuple(next(found) if need else None for need in ctx.needs_input_grad)
+    if fn.differentiable:
+        return _as_gradient_tuple(fn.backward(_SavedAsTensors(ctx, kind), g), len(ctx.inputs), fn)
+    with no_grad():  # differentiable once: arrays in, arrays out, each marked so a second derivative raises
+        grads = _as_gradient_tuple(fn.backward(ctx, g._data), len(ctx.inputs), fn)
+    return tuple(None if x is None else _OnceDifferentiable.apply(kind._wrap(np.asarray(x)), *ctx.inputs,
+                                                                   name=fn.__name__) for x in grads)
 
-    Gradients of intermediate tensors live only in the local `grads` dict and
-    are dropped as soon as they have been passed on (unless the tensor called
-    `retain_grad()`); leaves accumulate theirs into `.grad`.
+
+def run_backward(roots: list[Node], grads: list[Any], retain_graph: bool, create_graph: bool = False,
+                 inputs: list[Node] | None = None, accumulate_into: Any = None) -> list | None:
+    """Propagate `grads` (dL/droot for each root) back through the graph.
+
+    Without `inputs` (Tensor.backward), every leaf that requires grad (or, given `accumulate_into`, each
+    tensor listed there) accumulates its gradient into `.grad`. With `inputs` (autograd.grad), nothing is
+    accumulated: the gradient of each input is returned (None where it was not reached), and only the
+    part of the graph that leads to an input runs. With `create_graph`, gradients are tensors and every
+    rule records the graph of its own computation, so they can be differentiated again.
+
+    Gradients of intermediate tensors live only in the local `pending` dict and are dropped as soon as
+    they have been passed on (unless the tensor called `retain_grad()`).
     """
-    grads: dict[int, np.ndarray] = {id(root): grad}
-    for node in reversed(_topological_order(root)):
-        g = grads.pop(id(node), None)
-        if g is None:
-            continue
-        if node._hooks:
-            g = _run_hooks(node, g)
-        ctx = node._ctx
-        if ctx is None or node._retains_grad:  # a leaf, or a tensor that asked to keep its gradient
-            g_own = g.astype(node.dtype, copy=False)
-            node.grad = type(node)._result(g_own.copy() if node.grad is None else node.grad._data + g_own, None)
+    order = _topological_order(roots)
+    wanted: dict[int, list[int]] = {}
+    upstream: set[int] = set()  # nodes with an input behind them (autograd.grad runs only those)
+    if inputs is not None:
+        for i, t in enumerate(inputs):
+            wanted.setdefault(id(t), []).append(i)
+        for node in order:  # parents come first, so each node's parents are known already
+            ctx = node._ctx
+            if ctx is not None and any(id(p) in wanted or id(p) in upstream for p in ctx.inputs):
+                upstream.add(id(node))
+        found: list = [None] * len(inputs)
+    only = None if accumulate_into is None else {id(t) for t in accumulate_into}
+    pending: dict[int, Any] = {}
+    for root, g in zip(roots, grads):
+        pending[id(root)] = g if id(root) not in pending else pending[id(root)] + g
+    with (enable_grad() if create_graph else no_grad()):
+        for node in reversed(order):
+            g = pending.pop(id(node), None)
+            if g is None:
+                continue
+            if node._hooks:
+                g = _run_hooks(node, g)
+            ctx = node._ctx
+            if inputs is not None:
+                for i in wanted.get(id(node), ()):
+                    found[i] = g
+                if id(node) not in upstream:
+                    continue
+            elif (ctx is None or node._retains_grad) if only is None else id(node) in only:
+                _accumulate(node, g, create_graph)
             if ctx is None:
                 continue
-        if ctx.released:
-            raise RuntimeError(
-                f"backward through the graph a second time ({ctx.function.__name__}): its saved "
-                "arrays were freed after the first backward; pass retain_graph=True to the first call"
-            )
-        if ctx.saved_versions:
-            ctx.check_versions()
-        input_grads = _as_gradient_tuple(ctx.function.backward(ctx, g), len(ctx.inputs), ctx.function)
-        for hook in _backward_hooks:
-            hook(ctx, g, input_grads)
-        for parent, pg in zip(ctx.inputs, input_grads):
-            if pg is None or not parent.requires_grad:
-                continue
-            if type(pg) is not np.ndarray:
-                pg = np.asarray(pg)
-            own = parent._data  # its shape and dtype, read once
-            if pg.shape != own.shape:
-                pg = _unbroadcast(pg, own.shape)
-            if pg.dtype != own.dtype:
-                pg = pg.astype(own.dtype)
-            key = id(parent)
-            grads[key] = pg if key not in grads else grads[key] + pg
-        if not retain_graph:
-            ctx.release()
+            if ctx.released:
+                raise RuntimeError(
+                    f"backward through the graph a second time ({ctx.function.__name__}): its saved "
+                    "arrays were freed after the first backward; pass retain_graph=True to the first call"
+                )
+            if ctx.saved_versions:
+                ctx.check_versions()
+            if create_graph:
+                input_grads = _higher_order_backward(ctx, g)
+            else:
+                input_grads = _as_gradient_tuple(ctx.function.backward(ctx, g), len(ctx.inputs), ctx.function)
+            for hook in _backward_hooks:
+                hook(ctx, g, input_grads)
+            for parent, pg in zip(ctx.inputs, input_grads):
+                if pg is None or not parent.requires_grad:
+                    continue
+                if not create_graph and type(pg) is not np.ndarray:
+                    pg = np.asarray(pg._data if isinstance(pg, Node) else pg)
+                own = parent._data  # its shape and dtype, read once
+                if pg.shape != own.shape:
+                    pg = _unbroadcast(pg, own.shape)
+                if pg.dtype != own.dtype:
+                    pg = pg.astype(own.dtype)
+                key = id(parent)
+                pending[key] = pg if key not in pending else pending[key] + pg
+            if not retain_graph:
+                ctx.release()
+    return found if inputs is not None else None
+
+
+def _accumulate(node: Node, g: Any, create_graph: bool) -> None:
+    """node.grad += g: a new array each time (never written in place), a tensor with its graph under
+    create_graph."""
+    if create_graph:
+        node.grad = g if node.grad is None else node.grad + g
+        return
+    g_own = g.astype(node.dtype, copy=False)
+    node.grad = type(node)._result(g_own.copy() if node.grad is None else node.grad._data + g_own, None)
 
 
 def tensor_dtype(dtype: Any, op: str) -> np.dtype:

@@ -19,41 +19,11 @@ from typing import Any
 import numpy as np
 
 from . import rng
-from .engine import Function, ScopedSetting
-from .kernels import buffers
-from .kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
-from .kernels.flash import flash_attention_backward, flash_attention_forward
-from .kernels.gelu import gelu_backward, gelu_forward
-from .kernels.layernorm import layer_norm_backward, layer_norm_forward
-from .kernels.layout import as_group_grid, grid_bias
-from .masks import causal_mask
+from .checks import check_number, check_tensor, float_tensor
+from .engine import ScopedSetting
+from .fused import CrossEntropy, FlashAttention, Gelu, LayerNorm, attention_weights, log_softmax, softmax
 from .memory import check_fits
-from .ops import (
-    _float_tensor,
-    _rows,
-    check_number,
-    check_tensor,
-    log_softmax,
-    softmax,
-)
 from .tensor import Tensor
-
-
-class LayerNorm(Function):
-    """Normalise over the last axis, then scale by weight and shift by bias (both (N,))."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        x2 = _rows(x)  # (R, N)
-        y, mean, rstd = layer_norm_forward(x2, weight, bias, eps)
-        ctx.save_for_backward(x2, weight, mean, rstd)
-        return y.reshape(x.shape)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x2, weight, mean, rstd = ctx.saved_tensors
-        grad_x, grad_weight, grad_bias = layer_norm_backward(_rows(grad), x2, weight, mean, rstd)  # (R, N), (N,), (N,)
-        return grad_x.reshape(grad.shape), grad_weight, grad_bias
 
 
 def layer_norm(
@@ -64,7 +34,7 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> Tensor:
     """LayerNorm over the trailing dims `normalized_shape`; weight and bias have that shape."""
-    x = _float_tensor(x, "layer_norm")
+    x = float_tensor(x, "layer_norm")
     if not isinstance(normalized_shape, (int, np.integer, tuple, list)):
         raise TypeError(f"layer_norm: normalized_shape must be an int or a tuple of ints, got {normalized_shape!r}")
     single = isinstance(normalized_shape, (int, np.integer))
@@ -91,26 +61,10 @@ def layer_norm(
     return out if out.shape == x.shape else out.reshape(x.shape)
 
 
-class Gelu(Function):
-    """x * Phi(x), elementwise; `approximate` picks the tanh form."""
-
-    @staticmethod
-    def forward(ctx, x, approximate):
-        flat = np.ascontiguousarray(x).reshape(-1)
-        ctx.save_for_backward(flat)
-        ctx.approximate = approximate
-        return gelu_forward(flat, approximate).reshape(x.shape)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (flat,) = ctx.saved_tensors
-        return gelu_backward(flat, np.ascontiguousarray(grad).reshape(-1), ctx.approximate).reshape(grad.shape)
-
-
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     """x * Phi(x) with the exact Gaussian CDF (erf form), as PyTorch's default GELU;
     approximate="tanh" gives PyTorch's tanh approximation."""
-    x = _float_tensor(x, "gelu")
+    x = float_tensor(x, "gelu")
     if approximate not in ("none", "tanh"):
         raise ValueError(f'gelu: approximate must be "none" or "tanh", got {approximate!r}')
     return Gelu.apply(x, approximate=approximate == "tanh")
@@ -130,33 +84,6 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     keep = rng.generator().random(x.shape) >= p
     scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
     return x * Tensor((keep * scale).astype(x.dtype))
-
-
-class CrossEntropy(Function):
-    """Per-row loss lse - x[target] of logits (N, C); backward softmax - onehot, one-hot never built.
-
-    With `total_scale` s given, the output is the one number s * sum of the losses ("sum" is s = 1,
-    "mean" s = 1 / count), so a reduced loss is one node.
-    """
-
-    @staticmethod
-    def forward(ctx, logits, target, ignore_index, total_scale=None):
-        x2 = np.ascontiguousarray(logits)
-        if x2.ndim != 2 or np.shape(target) != x2.shape[:1]:
-            raise ValueError(f"CrossEntropy: logits (N, C) and target (N,) expected, got {x2.shape} and "
-                             f"{np.shape(target)}")
-        target = np.ascontiguousarray(target)
-        loss, lse = cross_entropy_forward(x2, target, ignore_index)  # checks every target against C first
-        ctx.save_for_backward(x2, target, lse)
-        ctx.ignore_index, ctx.total_scale = ignore_index, total_scale
-        return loss if total_scale is None else np.asarray(loss.sum() * total_scale, dtype=loss.dtype)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x2, target, lse = ctx.saved_tensors
-        if ctx.total_scale is not None:  # d(s * sum loss)/d loss_i = s for every row
-            grad = np.full(x2.shape[0], grad * ctx.total_scale, dtype=x2.dtype)
-        return cross_entropy_backward(x2, target, lse, np.ascontiguousarray(grad), ctx.ignore_index)
 
 
 def class_rows(input: Tensor, target: np.ndarray, op: str) -> tuple[Tensor, np.ndarray]:  # noqa: A002
@@ -189,7 +116,7 @@ def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reducti
         raise ValueError(f"cross_entropy: label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f'cross_entropy: reduction must be "mean", "sum" or "none", got {reduction!r}')
-    logits = _float_tensor(logits, "cross_entropy", "logits")
+    logits = float_tensor(logits, "cross_entropy", "logits")
     target = np.asarray(target._data if isinstance(target, Tensor) else target)
     if target.dtype.kind not in "iu":
         raise TypeError(f"cross_entropy: target must hold integer class indices, got dtype {target.dtype}")
@@ -209,54 +136,6 @@ def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reducti
     if reduction == "none":
         return losses.reshape(target.shape)
     return losses.sum() * total_scale
-
-
-class FlashAttention(Function):
-    """softmax(q k^T * scale + bias, causal) v, fused: one node, the (Tq, Tk) matrix never built.
-
-    Inputs are q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv), or one packed qkv (..., T, 3, H, d) from a
-    packed projection (self-attention), read as q = qkv[..., 0, :, :] moved to (..., H, T, d), likewise k
-    and v; its output is then (..., T, H, d), so merging the heads is a free reshape, and its gradient one
-    packed array, so the projection's backward stays one matmul.
-    """
-
-    @staticmethod
-    def forward(ctx, *inputs, scale, causal, bias):
-        q, k, v, lead = _heads(inputs)  # (P, Q, T, d) grids, views where the strides allow
-        grid_mask = grid_bias(bias, lead)
-        out, lse = flash_attention_forward(q, k, v, scale, causal, grid_mask)
-        ctx.save_for_backward(q, k, v, out, lse, grid_mask)
-        ctx.scale, ctx.causal, ctx.lead = scale, causal, lead
-        out = out.reshape(lead + out.shape[2:])  # (..., Tq, dv)
-        return np.swapaxes(out, -3, -2) if len(inputs) == 1 else out  # packed: (..., T, H, d)
-
-    @staticmethod
-    def backward(ctx, grad):
-        q, k, v, out, lse, grid_mask = ctx.saved_tensors
-        packed = len(ctx.inputs) == 1
-        grad = as_group_grid(np.swapaxes(grad, -3, -2) if packed else grad)  # (P, Q, Tq, dv)
-        if not packed:
-            grads = flash_attention_backward(grad, q, k, v, out, lse, ctx.scale, ctx.causal, grid_mask)
-            return tuple(d.reshape(ctx.lead + d.shape[2:]) for d in grads)  # (..., T, d) each
-        grad_qkv = buffers.zeros(ctx.inputs[0].shape, grad.dtype)  # (..., T, 3, H, d): the three written in place
-        *targets, _ = _heads((grad_qkv,))
-        in_place = all(np.may_share_memory(t, grad_qkv) for t in targets)  # not when the grid had to be copied
-        grads = flash_attention_backward(grad, q, k, v, out, lse, ctx.scale, ctx.causal, grid_mask,
-                                         grads=targets if in_place else None)
-        if not in_place:
-            for i, d in enumerate(grads):
-                grad_qkv[..., i, :, :] = np.swapaxes(d.reshape(ctx.lead + d.shape[2:]), -3, -2)
-        return grad_qkv
-
-
-def _heads(inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:
-    """(q, k, v) as (P, Q, T, d) grids and the leading dims they stand for; a packed qkv is split in place."""
-    if len(inputs) == 1:
-        (qkv,) = inputs  # (..., T, 3, H, d)
-        views = [np.swapaxes(qkv[..., i, :, :], -3, -2) for i in range(3)]  # (..., H, T, d)
-    else:
-        views = list(inputs)
-    return (*(as_group_grid(a) for a in views), views[0].shape[:-2])  # grids of a packed qkv are views
 
 
 # --- scaled dot-product attention: two implementations behind one seam -------------------------------
@@ -324,15 +203,7 @@ def attention_math(q: Tensor, k: Tensor, v: Tensor, mask: np.ndarray | None, is_
                q.shape[:-1] + k.shape[-2:-1], q.dtype.itemsize, 4,
                "the flash path never builds them: ask for no weights (need_weights=False, return_weights=False) "
                "and no dropout, or use a smaller batch or sequence")
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
-    if mask is not None:  # a bool mask adds -inf where hidden, as PyTorch's math path: a NaN score stays NaN
-        bias = np.where(mask, 0.0, -np.inf) if mask.dtype == np.bool_ else mask
-        scores = scores + Tensor(bias.astype(scores.dtype))
-    future = ~causal_mask(*scores.shape[-2:])._data if is_causal else None  # (Tq, Tk): key j > query i
-    # the future gets probability exactly 0, as in the flash kernel, which never looks at it: a NaN in a
-    # later position never reaches an earlier one
-    weights = softmax(scores, dim=-1, mask=None if future is None else ~future)  # (..., Tq, Tk): rows sum to 1,
-    # or are 0 where nothing may be seen
+    weights = attention_weights(q, k, mask, is_causal, scale)  # (..., Tq, Tk): softmax(q k^T * scale + mask)
     out = dropout(weights, dropout_p) @ v  # (..., Tq, dv)
     return out, weights
 
@@ -393,7 +264,7 @@ def scaled_dot_product_attention(
         if mask is not None:
             raise TypeError("scaled_dot_product_attention: pass the mask as mask= or attn_mask=, not both")
         mask = attn_mask
-    q, k, v = (_float_tensor(t, "scaled_dot_product_attention", n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+    q, k, v = (float_tensor(t, "scaled_dot_product_attention", n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
     if len({q.dtype, k.dtype, v.dtype}) > 1:
         raise TypeError(f"scaled_dot_product_attention: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, "
                         f"{v.dtype}")
@@ -422,7 +293,7 @@ def packed_self_attention(qkv: Tensor, mask: Any = None, is_causal: bool = False
     to (..., H, T, d), and likewise k and v: the mask broadcasts to (..., H, T, T). Reshaping the result
     to (..., T, H * d) merges the heads for free. No weights, no dropout.
     """
-    qkv = _float_tensor(qkv, "packed_self_attention", "qkv")
+    qkv = float_tensor(qkv, "packed_self_attention", "qkv")
     if qkv.ndim < 4 or qkv.shape[-3] != 3:
         raise ValueError(f"packed_self_attention: qkv must be (..., T, 3, H, d), got shape {qkv.shape}")
     *lead, t, _, heads, d = qkv.shape
@@ -433,3 +304,7 @@ def packed_self_attention(qkv: Tensor, mask: Any = None, is_causal: bool = False
     q, k, v = (qkv[..., i, :, :].transpose(-3, -2) for i in range(3))  # (..., H, T, d)
     out, _ = attention_math(q, k, v, mask, is_causal, 0.0, scale)
     return out.transpose(-3, -2)  # (..., T, H, d)
+
+
+__all__ = ["cross_entropy", "dropout", "gelu", "layer_norm", "log_softmax", "packed_self_attention", "relu",
+           "scaled_dot_product_attention", "sdpa_kernel", "softmax"]

@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Function, _short
-from .functional import _float_tensor, class_rows, log_softmax
+from .checks import check_number, check_tensor, float_tensor
+from .engine import _short
+from .functional import class_rows, log_softmax
 from .functional import cross_entropy as _fused_cross_entropy
-from .ops import check_number, check_tensor
+from .ops import Pad
 from .tensor import Tensor
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -36,7 +37,7 @@ def _reduce(loss: Tensor, reduction: str) -> Tensor:
 def _pair(input: Any, target: Any, op: str) -> tuple[Tensor, Tensor]:  # noqa: A002  (PyTorch's names)
     """input and target as float tensors of the same shape (PyTorch warns and broadcasts; here that is an error,
     since a broadcast loss is almost always a bug)."""
-    input = _float_tensor(input, op)
+    input = float_tensor(input, op)
     target = input._operand(target) if not isinstance(target, Tensor) else target
     if target.dtype.kind != "f":
         raise TypeError(f"{op}: target must be a float tensor, got {target.dtype}")
@@ -127,7 +128,7 @@ def nll_loss(input: Tensor, target: Any, weight: Any = None, ignore_index: int =
     """-w[y] input[y] per target of log-probabilities (N, C) or (N, C, d1, ...); "mean" divides by the sum of
     the weights of the counted targets (NaN when none counts, as in PyTorch)."""
     reduction = _reduction(reduction, "nll_loss")
-    input = _float_tensor(input, "nll_loss")
+    input = float_tensor(input, "nll_loss")
     target = _indices(target, "nll_loss")
     rows, flat = class_rows(input, target, "nll_loss")
     counted = flat != ignore_index
@@ -153,7 +154,7 @@ def cross_entropy(input: Tensor, target: Any, weight: Any = None, ignore_index: 
     row's loss is (1 - e) nll + e mean_c(-w_c log p_c). Without weight, indices take the fused kernel."""
     reduction = _reduction(reduction, "cross_entropy")
     label_smoothing = check_number(label_smoothing, "label_smoothing", "cross_entropy", 0.0, 1.0)
-    input = _float_tensor(input, "cross_entropy", "logits")
+    input = float_tensor(input, "cross_entropy", "logits")
     probabilities = isinstance(target, Tensor) and target.dtype.kind == "f"
     if probabilities:
         return _soft_cross_entropy(input, target, weight, reduction, label_smoothing)
@@ -195,19 +196,6 @@ def _soft_cross_entropy(input: Tensor, target: Tensor, weight: Any, reduction: s
                                              .reshape(shape), None)
     loss = -weighted.sum(dim)
     return _reduce(loss, reduction)
-
-
-class Pad(Function):
-    """Constant padding (np.pad); backward cuts the padding off again."""
-
-    @staticmethod
-    def forward(ctx, a, widths, value):
-        ctx.inner = tuple(slice(before, before + n) for (before, _), n in zip(widths, a.shape))
-        return np.pad(a, widths, mode="constant", constant_values=value)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad[ctx.inner]
 
 
 def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = None) -> Tensor:  # noqa: A002

@@ -15,6 +15,17 @@ from typing import Any
 import numpy as np
 
 from . import rng
+from .checks import (
+    check_broadcast,
+    check_flag,
+    check_matmul,
+    check_number,
+    check_tensor,
+    normalize_dim,
+    normalize_dims,
+    normalize_index,
+    resolve_shape,
+)
 from .dtypes import DEFAULT_FLOAT, is_number, result_type
 from .engine import (
     _CPU,
@@ -31,6 +42,7 @@ from .engine import (
     run_backward,
     tensor_dtype,
 )
+from .fused import log_softmax, softmax
 from .ops import (
     _TYPE_NAMES,
     Abs,
@@ -40,6 +52,7 @@ from .ops import (
     Clamp,
     Clone,
     CopyInto,
+    Cos,
     CumSum,
     Div,
     Exp,
@@ -65,19 +78,26 @@ from .ops import (
     Tanh,
     Where,
     _is_dtype_name,
-    check_broadcast,
-    check_flag,
-    check_matmul,
-    check_number,
-    check_tensor,
-    log_softmax,
-    normalize_dim,
-    normalize_dims,
-    normalize_index,
-    resolve_shape,
     return_types,
-    softmax,
 )
+
+
+def initial_gradient(output: Tensor, gradient: Any, op: str, create_graph: bool) -> Any:
+    """dL/d(output) to start a backward pass from: ones for a one-element output when not given; an array,
+    or a tensor under create_graph (a given tensor keeps its graph, so it can be differentiated too)."""
+    if gradient is None:
+        if output._data.size != 1:
+            raise RuntimeError(f"{op}: grad can be implicitly created only for scalar outputs; this output has shape "
+                               f"{output.shape}: pass a gradient of that shape")
+        gradient = np.ones(output.shape, dtype=output.dtype)
+    if isinstance(gradient, Tensor) and create_graph:
+        if gradient.shape != output.shape:
+            raise RuntimeError(f"{op}: grad has shape {gradient.shape}, the output has shape {output.shape}")
+        return gradient if gradient.dtype == output.dtype else gradient.astype(output.dtype)
+    array = np.asarray(gradient._data if isinstance(gradient, Tensor) else gradient, dtype=output.dtype)
+    if array.shape != output.shape:
+        raise ValueError(f"{op}: grad has shape {array.shape}, the output has shape {output.shape}")
+    return Tensor._result(array, None) if create_graph else array
 
 
 class Tensor(Node):
@@ -139,14 +159,13 @@ class Tensor(Node):
     def _init(self, arr: np.ndarray, ctx: Context | None) -> None:
         self._data, self.grad, self.requires_grad, self._ctx = arr, None, ctx is not None, ctx
         self._version_counter, self._base, self._hooks, self._retains_grad = [0], None, {}, False
-        self._used = False  # an input of an op whose gradient is recorded (in-place changes then refused)
 
     @classmethod
     def _result(cls, data: np.ndarray, ctx: Context | None) -> Tensor:
         """An op's output: the array is the op's own, so __init__'s checks are skipped."""
         t = object.__new__(Tensor)  # _init's fields, set here without a call: this runs once per op
         t._data, t.grad, t.requires_grad, t._ctx = data, None, ctx is not None, ctx
-        t._version_counter, t._base, t._hooks, t._retains_grad, t._used = [0], None, {}, False, False
+        t._version_counter, t._base, t._hooks, t._retains_grad = [0], None, {}, False
         return t
 
     @classmethod
@@ -290,25 +309,25 @@ class Tensor(Node):
         return f"tensor({body}{extra})"
 
     # --- the backward pass ---------------------------------------------------
-    def backward(self, gradient: Any = None, retain_graph: bool = False, grad: Any = None) -> None:
-        """Accumulate d(self)/d(leaf) into the `.grad` of every leaf that requires grad.
+    def backward(self, gradient: Any = None, retain_graph: bool | None = None, create_graph: bool = False,
+                 inputs: Any = None, grad: Any = None) -> None:
+        """Accumulate d(self)/d(leaf) into the `.grad` of every leaf that requires grad (or of `inputs` only).
 
-        `gradient` is dL/dself; it may be omitted only when self has one element.
+        `gradient` is dL/dself; it may be omitted only when self has one element. With `create_graph=True`
+        the gradients are tensors with their own graph, so they can be differentiated again; the graph is
+        then kept (`retain_graph` defaults to `create_graph`, as in PyTorch).
         """
-        gradient = grad if gradient is None else gradient
+        from_user = grad if gradient is None else gradient
         if not self.requires_grad:
-            raise RuntimeError("backward: this tensor does not require grad and has no graph behind it")
-        if gradient is None:
-            if self._data.size != 1:
-                raise RuntimeError(
-                    f"backward: grad can be omitted only for a single-element output, "
-                    f"this one has shape {self.shape}; pass grad of that shape"
-                )
-            gradient = np.ones(self.shape, dtype=self.dtype)
-        gradient = np.asarray(gradient._data if isinstance(gradient, Tensor) else gradient, dtype=self.dtype)
-        if gradient.shape != self.shape:
-            raise ValueError(f"backward: grad has shape {gradient.shape}, the tensor has shape {self.shape}")
-        run_backward(self, gradient, retain_graph)
+            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn "
+                               "(backward: this tensor has no graph behind it)")
+        root_grad = initial_gradient(self, from_user, "backward", create_graph)
+        if inputs is not None:
+            inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+            if not inputs or not all(isinstance(t, Tensor) and t.requires_grad for t in inputs):
+                raise RuntimeError("backward: inputs must be a non-empty sequence of tensors that require grad")
+        run_backward([self], [root_grad], create_graph if retain_graph is None else bool(retain_graph),
+                     bool(create_graph), accumulate_into=inputs)
 
     def zero_grad(self) -> None:
         self.grad = None
@@ -572,7 +591,7 @@ class Tensor(Node):
         return CumSum.apply(self, axis=normalize_dim(dim, self.ndim, "cumsum"))
 
     def sin(self) -> Tensor: return Sin.apply(self)
-    def cos(self) -> Tensor: return Sin.apply(self + (math.pi / 2))  # cos a = sin(a + pi/2)
+    def cos(self) -> Tensor: return Cos.apply(self)
     def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
     def reciprocal(self) -> Tensor: return 1.0 / self
     def square(self) -> Tensor: return self * self
@@ -600,10 +619,6 @@ class Tensor(Node):
             raise RuntimeError(f"{op}: in-place change of a view of a tensor that requires grad is not supported "
                                "here (PyTorch rewrites the base's graph); change a clone() or build the result "
                                "out of place")
-        if recording and self._used:
-            raise RuntimeError(f"{op}: this tensor was already used by an op whose gradient is recorded; an "
-                               "in-place change now would reroute that op's gradient. Change a clone() instead, "
-                               "or use the out-of-place op")
         if not recording:
             with no_grad():
                 result = compute(self)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
-from .ops import check_tensor
+from .checks import check_tensor
 from .tensor import Tensor, maximum, minimum
 
 

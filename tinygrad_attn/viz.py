@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .ops import check_tensor
+from .checks import check_tensor
 from .tensor import Tensor
 
 _warned = False

@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 
 from .. import functional as F
+from ..checks import check_tensor
 from ..engine import check_device
+from ..fused import PackedLinearFunction
 from ..masks import causal_mask
-from ..ops import check_tensor
 from ..tensor import Tensor, cat
-from .layers import Linear, PackedLinearFunction
+from .layers import Linear
 from .module import Module
 
 

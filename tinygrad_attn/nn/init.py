@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from .. import rng
-from ..ops import check_number
+from ..checks import check_number
 from ..tensor import Tensor
 
 _GAINS = {"linear": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0)}

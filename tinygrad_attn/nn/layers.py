@@ -13,77 +13,15 @@ import numpy as np
 
 from .. import functional as F
 from .. import rng
-from ..engine import Function
-from ..kernels.embedding import scatter_add_rows
-from ..kernels.parallel import column_sums, row_split_matmul
+from ..checks import check_indices, check_tensor
+from ..fused import EmbeddingLookup, LinearFunction
 from ..memory import check_fits
-from ..ops import check_tensor, rows_of
 from ..tensor import Tensor
 from .module import Module, Parameter
 
 
 def _uniform(bound: float, shape: tuple[int, ...]) -> np.ndarray:
     return rng.generator().uniform(-bound, bound, shape).astype(np.float32)
-
-
-class LinearFunction(Function):
-    """y = x W^T + b: x (..., in), W (out, in), b (out,) -> y (..., out).
-
-    Every position is a row: with X the inputs as rows (N, in) and g = dL/dy as
-    rows (N, out), the backward is
-        dX = g W        (N, in)
-        dW = g^T X      (out, in)
-        db = sum_n g_n  (out,)
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight, bias=None):
-        rows = rows_of(x)  # (N, in)
-        ctx.save_for_backward(rows, weight)
-        ctx.input_shape = x.shape
-        y = row_split_matmul(rows, weight.T)  # (N, in) @ (in, out)
-        if bias is not None:
-            y += bias
-        return y.reshape(x.shape[:-1] + weight.shape[:1])  # (..., out)
-
-    @staticmethod
-    def backward(ctx, grad):
-        has_bias = len(ctx.inputs) > 2
-        grads = _linear_backward(ctx, grad, ctx.needs_input_grad[1], has_bias and ctx.needs_input_grad[2])
-        return grads[: len(ctx.inputs)]
-
-
-def _linear_backward(ctx, grad, need_weight: bool, need_bias: bool):
-    """(dX, dW, db) of y = x W^T + b from the rows X (N, in) and W that the forward saved; None where unneeded."""
-    rows, weight = ctx.saved_tensors
-    g = rows_of(grad)  # (N, out)
-    grad_x = row_split_matmul(g, weight).reshape(ctx.input_shape) if ctx.needs_input_grad[0] else None  # dX = g W
-    grad_weight = row_split_matmul(g.T, rows) if need_weight else None  # dW = g^T X
-    grad_bias = column_sums(g) if need_bias else None  # db = sum_n g_n
-    return grad_x, grad_weight, grad_bias
-
-
-class PackedLinearFunction(Function):
-    """Linear layers that share one input, as one matmul: y = x [W_1; ...; W_n]^T + [b_1, ..., b_n].
-
-    Inputs: x (..., in), then `count` weights W_i (out_i, in), then `count` biases b_i (out_i,) or none.
-    y (..., sum out_i) holds the layers' outputs side by side. The backward is LinearFunction's on the
-    stacked weight W (sum out_i, in); each layer's gradients are its blocks of dW = g^T X and db.
-    """
-
-    @staticmethod
-    def forward(ctx, x, *params, count):
-        weight = np.concatenate(params[:count])  # (sum out_i, in)
-        bias = np.concatenate(params[count:]) if len(params) > count else None  # (sum out_i,)
-        ctx.splits = np.cumsum([w.shape[0] for w in params[:count]])[:-1]  # where each layer's rows start
-        return LinearFunction.forward(ctx, x, weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad):
-        has_bias = len(ctx.inputs) > len(ctx.splits) + 2  # x, count weights, then count biases or none
-        grad_x, grad_weight, grad_bias = _linear_backward(ctx, grad, True, has_bias)  # on the stacked W
-        grad_biases = np.split(grad_bias, ctx.splits) if has_bias else []
-        return (grad_x, *np.split(grad_weight, ctx.splits), *grad_biases)  # each layer's (out_i, ...) block
 
 
 class Linear(Module):
@@ -130,35 +68,6 @@ class LayerNorm(Module):
     def extra_repr(self) -> str:
         return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}, "
                 f"bias={self.bias is not None}")
-
-
-class EmbeddingLookup(Function):
-    """Rows of `weight` picked by integer `indices`: gather forward, scatter-add backward."""
-
-    @staticmethod
-    def forward(ctx, weight, indices, padding_idx):
-        indices = check_indices(indices, weight.shape[0], "EmbeddingLookup")  # whichever path reaches here
-        ctx.save_for_backward(indices)
-        ctx.num_rows, ctx.padding_idx = weight.shape[0], padding_idx
-        return weight[indices]  # (*indices.shape, dim)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (indices,) = ctx.saved_tensors
-        grad_weight = scatter_add_rows(ctx.num_rows, indices.reshape(-1), rows_of(grad))
-        if ctx.padding_idx is not None:
-            grad_weight[ctx.padding_idx] = 0  # the padding row never learns
-        return grad_weight
-
-
-def check_indices(indices: Any, rows: int, op: str) -> np.ndarray:
-    """Integer indices in [0, rows), as an array; anything else is one clear error."""
-    indices = np.asarray(indices._data if isinstance(indices, Tensor) else indices)
-    if indices.dtype.kind not in "iu":
-        raise TypeError(f"{op}: indices must be integers, got dtype {indices.dtype}")
-    if indices.size and (indices.min() < 0 or indices.max() >= rows):
-        raise IndexError(f"{op}: indices must lie in [0, {rows}), got values from {indices.min()} to {indices.max()}")
-    return indices
 
 
 def _size(value: Any, name: str, op: str, minimum: int = 0) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ops import check_number
+from ..checks import check_number
 from .optimizers import Optimizer
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import check_number
 from ..kernels.adam import adam_update
-from ..ops import check_number
 from ..tensor import Tensor
 
 
