@@ -71,7 +71,9 @@ def test_every_pytorch_name_in_the_table_exists_and_every_public_name_is_listed(
 
     import tinygrad_attn as ta
     rows = _supported_names()
-    where = {"torch": ta, "torch` dtypes": ta, "torch.autograd": ta, "torch.Tensor": ta.ones(2, 2), "torch.nn": ta.nn,
+    where = {"torch": ta, "torch` dtypes": ta, "torch.autograd": ta.autograd,
+             "torch.autograd.functional": ta.autograd.functional,
+             "torch.func": ta.func, "torch.Tensor": ta.ones(2, 2), "torch.nn": ta.nn,
              "torch.nn.init": ta.nn.init, "torch.nn.utils": ta.nn.utils, "torch.nn.functional": ta.nn.functional,
              "torch.optim": ta.optim, "torch.optim.lr_scheduler": ta.optim.lr_scheduler,
              "torch.utils.data": ta.utils.data, "this library's own": ta}

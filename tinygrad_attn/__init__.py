@@ -11,7 +11,8 @@ PyTorch programs run with `import tinygrad_attn as torch` (and `tinygrad_attn.nn
 `.optim`, `.utils.data` likewise): the names below are PyTorch's, with PyTorch's semantics.
 """
 
-from . import debug, dtypes, functional, interop, losses, nn, optim, runtime, tasks, utils, viz
+from . import autograd, debug, dtypes, func, functional, interop, losses, nn, optim, runtime, tasks, utils, viz
+from .autograd import GradcheckError, gradcheck, gradgradcheck
 from .creation import (
     arange,
     as_tensor,
@@ -68,7 +69,6 @@ from .engine import (
     set_grad_enabled,
 )
 from .functional import sdpa_kernel
-from .gradcheck import GradcheckError, gradcheck
 from .kernels.parallel import get_num_threads, set_num_threads
 from .masks import causal_mask, padding_mask
 from .ops import return_types
@@ -161,7 +161,6 @@ _INSTEAD = {
     "jit": "call the model directly",
     "einsum": "matmul (@), permute and sum",
     "gather": "indexing with integer tensors, or topk/sort's indices with take_along_dim-style indexing",
-    "autograd": "loss.backward() then .grad, or ta.gradcheck; for the graph, ta.trace_backward()",
     "Generator": "ta.manual_seed(seed), or a numpy Generator passed as generator=",
     "set_default_dtype": "dtype= on each factory (the default float is float32)",
     "distributed": "a single process (tinygrad_attn runs on one machine's CPU)",
@@ -185,12 +184,14 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [ "add", "sub", "mul", "div", "neg", "eq", "ne", "lt", "le", "gt", "ge",
-    "BoolTensor", "ByteTensor", "Context", "DoubleTensor", "FloatTensor", "Function", "GradcheckError", "IntTensor",
+    "BoolTensor", "autograd", "ByteTensor", "Context", "DoubleTensor", "FloatTensor", "Function", "GradcheckError",
+    "IntTensor",
     "LongTensor", "RemovableHandle", "Tensor", "abs", "all", "allclose", "amax", "amin", "any", "arange", "argmax",
     "argmin", "argsort", "as_tensor", "backends", "bmm", "bool", "cat", "causal_mask", "chunk", "clamp", "clip", "cos",
     "cuda", "cumsum", "debug", "detect_anomaly", "device", "double", "dtypes", "empty", "empty_like", "enable_grad",
     "equal", "exp", "eye", "flatten", "float", "float16", "float32", "float64", "from_numpy", "full", "full_like",
-    "functional", "get_default_dtype", "get_num_threads", "gradcheck", "half", "inference_mode", "int", "int8",
+    "func", "functional", "get_default_dtype", "get_num_threads", "gradcheck", "gradgradcheck", "half",
+    "inference_mode", "int", "int8",
     "int16", "int32", "int64", "interop", "is_floating_point", "is_grad_enabled", "is_tensor", "kthvalue",
     "linspace", "load", "log", "log_softmax", "logical_and", "logical_not", "logical_or", "long", "losses",
     "manual_seed", "masked_fill", "matmul", "max", "maximum", "mean", "median", "min", "minimum", "multinomial", "nn",

@@ -207,6 +207,9 @@ class Context:
     def __init__(self, function: type[Function], inputs: tuple[Node, ...], kwargs: dict):
         self.function, self.inputs, self.kwargs = function, inputs, kwargs
         self.needs_input_grad = tuple([t.requires_grad for t in inputs])
+        # the graph's edges: each input's node as it is now (the Context that made it, or the leaf itself), so
+        # an in-place change of an input later (which gives it a new Context) reroutes nothing recorded here
+        self.parents = tuple([t._ctx or t for t in inputs])
         self.scope = module_scope.get()  # the module whose forward made this node (None outside modules)
         self.saved_tensors: tuple = ()
         self.saved_sources: tuple = ()  # per saved array: the input it is (0, 1, ...), -1 the output, None other
@@ -217,7 +220,7 @@ class Context:
     def save_for_backward(self, *arrays: Any) -> None:
         self.saved_tensors = arrays
 
-    def _record_saved(self, tensors: tuple[Node, ...], result: Node) -> None:
+    def _record_saved(self, tensors: tuple[Node, ...], result: Node, raw: Any) -> None:
         """Say which tensor each saved array is (a higher-order backward then differentiates through that
         tensor, a constant otherwise), and remember the version of every tensor whose memory a saved array
         is or views, so that backward can refuse values an in-place op changed since."""
@@ -225,14 +228,14 @@ class Context:
         everyone = tensors + (result,)
         for arr in self.saved_tensors:
             source = None
+            if arr is out or arr is raw:  # raw: what forward returned (a numpy scalar for 0-d), before asarray
+                source = -1
+            else:
+                for i, t in enumerate(tensors):
+                    if arr is t._data:
+                        source = i
+                        break
             if isinstance(arr, np.ndarray):
-                if arr is out:
-                    source = -1
-                else:
-                    for i, t in enumerate(tensors):
-                        if arr is t._data:
-                            source = i
-                            break
                 base = arr.base
                 for t in everyone:
                     own = t._data.base
@@ -354,9 +357,8 @@ class Function:
                 kwargs, guards = _read_constants(kwargs)
                 break
         ctx = Context(cls, tensors, kwargs)
-        out = cls.forward(ctx, *(t._data for t in tensors), **kwargs)
-        if type(out) is not np.ndarray:
-            out = np.asarray(out)
+        raw = cls.forward(ctx, *(t._data for t in tensors), **kwargs)
+        out = raw if type(raw) is np.ndarray else np.asarray(raw)
         requires_grad = out.dtype.kind == "f" and any(ctx.needs_input_grad) and _grad_mode.get()
         result = kind._result(out, ctx if requires_grad else None)
         if out.base is not None:  # a view of an input (reshape, permute, slicing): one version counter
@@ -367,7 +369,7 @@ class Function:
         if requires_grad:
             ctx.output = weakref.ref(result)
             if ctx.saved_tensors:
-                ctx._record_saved(tensors, result)
+                ctx._record_saved(tensors, result, raw)
             if guards:
                 ctx.saved_versions += guards
         for hook in _forward_hooks:
@@ -429,13 +431,18 @@ def _unbroadcast(grad: Any, shape: tuple[int, ...]) -> Any:
     return grad.sum(axis=axes, keepdims=True).reshape(shape)
 
 
-def _topological_order(roots: Any) -> list[Node]:
-    """Tensors reachable from `roots` through the graph, parents before children.
+def _node(t: Node) -> Any:
+    """A tensor's place in the graph: the Context that made it (its current version), or itself for a leaf."""
+    return t._ctx or t
+
+
+def _topological_order(roots: Any) -> list[Any]:
+    """The graph's nodes reachable from `roots` (Contexts, and leaf tensors), parents before children.
 
     Iterative depth-first search, so a chain of any length fits the Python stack.
     """
     order, visited = [], set()
-    stack: list[tuple[Node, bool]] = [(root, False) for root in reversed(roots)]
+    stack: list[tuple[Any, bool]] = [(_node(root), False) for root in reversed(roots)]
     while stack:
         node, parents_done = stack.pop()
         if parents_done:
@@ -445,8 +452,8 @@ def _topological_order(roots: Any) -> list[Node]:
             continue
         visited.add(id(node))
         stack.append((node, True))
-        if node._ctx is not None:
-            stack.extend((parent, False) for parent in node._ctx.inputs if parent.requires_grad)
+        if type(node) is Context:
+            stack.extend((parent, False) for parent, need in zip(node.parents, node.needs_input_grad) if need)
     return order
 
 
@@ -504,6 +511,7 @@ def run_backward(roots: list[Node], grads: list[Any], retain_graph: bool, create
     part of the graph that leads to an input runs. With `create_graph`, gradients are tensors and every
     rule records the graph of its own computation, so they can be differentiated again.
 
+    The graph's nodes are Contexts (and leaf tensors); an interior tensor's gradient is its Context's.
     Gradients of intermediate tensors live only in the local `pending` dict and are dropped as soon as
     they have been passed on (unless the tensor called `retain_grad()`).
     """
@@ -512,33 +520,37 @@ def run_backward(roots: list[Node], grads: list[Any], retain_graph: bool, create
     upstream: set[int] = set()  # nodes with an input behind them (autograd.grad runs only those)
     if inputs is not None:
         for i, t in enumerate(inputs):
-            wanted.setdefault(id(t), []).append(i)
+            wanted.setdefault(id(_node(t)), []).append(i)
         for node in order:  # parents come first, so each node's parents are known already
-            ctx = node._ctx
-            if ctx is not None and any(id(p) in wanted or id(p) in upstream for p in ctx.inputs):
+            if type(node) is Context and any(id(p) in wanted or id(p) in upstream for p in node.parents):
                 upstream.add(id(node))
         found: list = [None] * len(inputs)
-    only = None if accumulate_into is None else {id(t) for t in accumulate_into}
+    only = None if accumulate_into is None else {id(_node(t)) for t in accumulate_into}
     pending: dict[int, Any] = {}
     for root, g in zip(roots, grads):
-        pending[id(root)] = g if id(root) not in pending else pending[id(root)] + g
+        key = id(_node(root))
+        pending[key] = g if key not in pending else pending[key] + g
     with (enable_grad() if create_graph else no_grad()):
         for node in reversed(order):
             g = pending.pop(id(node), None)
             if g is None:
                 continue
-            if node._hooks:
-                g = _run_hooks(node, g)
-            ctx = node._ctx
+            leaf = type(node) is not Context
+            tensor = node if leaf else node.output() if node.output is not None else None
+            if tensor is not None and not leaf and tensor._ctx is not node:
+                tensor = None  # changed in place since: its hooks and .grad belong to its newer version
+            if tensor is not None and tensor._hooks:
+                g = _run_hooks(tensor, g)
             if inputs is not None:
                 for i in wanted.get(id(node), ()):
                     found[i] = g
                 if id(node) not in upstream:
                     continue
-            elif (ctx is None or node._retains_grad) if only is None else id(node) in only:
-                _accumulate(node, g, create_graph)
-            if ctx is None:
+            elif tensor is not None and ((leaf or tensor._retains_grad) if only is None else id(node) in only):
+                _accumulate(tensor, g, create_graph)
+            if leaf:
                 continue
+            ctx = node
             if ctx.released:
                 raise RuntimeError(
                     f"backward through the graph a second time ({ctx.function.__name__}): its saved "
@@ -552,12 +564,12 @@ def run_backward(roots: list[Node], grads: list[Any], retain_graph: bool, create
                 input_grads = _as_gradient_tuple(ctx.function.backward(ctx, g), len(ctx.inputs), ctx.function)
             for hook in _backward_hooks:
                 hook(ctx, g, input_grads)
-            for parent, pg in zip(ctx.inputs, input_grads):
-                if pg is None or not parent.requires_grad:
+            for parent, t, need, pg in zip(ctx.parents, ctx.inputs, ctx.needs_input_grad, input_grads):
+                if pg is None or not need:
                     continue
                 if not create_graph and type(pg) is not np.ndarray:
                     pg = np.asarray(pg._data if isinstance(pg, Node) else pg)
-                own = parent._data  # its shape and dtype, read once
+                own = t._data  # its shape and dtype, read once
                 if pg.shape != own.shape:
                     pg = _unbroadcast(pg, own.shape)
                 if pg.dtype != own.dtype:

@@ -194,25 +194,29 @@ class Sub(Rule):
 class Mul(Rule):
     @staticmethod
     def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
+        need_a, need_b = ctx.needs_input_grad  # save only what a gradient needs (PyTorch's rule): a value
+        ctx.save_for_backward(a if need_b else None, b if need_a else None)  # nothing saved may change in place
         return a * b
 
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
-        return grad * b, grad * a
+        need_a, need_b = ctx.needs_input_grad
+        return grad * b if need_a else None, grad * a if need_b else None
 
 
 class Div(Rule):
     @staticmethod
     def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
+        need_a, need_b = ctx.needs_input_grad
+        ctx.save_for_backward(a if need_b else None, b)  # b for both gradients, a only for b's
         return a / b
 
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
-        return grad / b, -grad * a / (b * b)  # d(a/b)/db = -a/b^2
+        need_a, need_b = ctx.needs_input_grad
+        return grad / b if need_a else None, -grad * a / (b * b) if need_b else None  # d(a/b)/db = -a/b^2
 
 
 class Where(Rule):
@@ -664,32 +668,38 @@ class MatMul(Rule):
 
     @staticmethod
     def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
+        need_a, need_b = ctx.needs_input_grad
+        ctx.save_for_backward(a if need_b else None, b if need_a else None)  # dA needs b, dB needs a
         if a.ndim >= 2 and b.ndim == 2:  # (..., n, k) @ (k, m): one GEMM over all rows, cut as Linear's are
             return row_split_matmul(rows_of(a), b).reshape(a.shape[:-1] + b.shape[-1:])
         return a @ _right_operand(b)
 
     @staticmethod
     def backward(ctx, grad):
-        a, b = ctx.saved_tensors
-        m = on(grad)
-        if m is _OnArrays and a.ndim >= 2 and b.ndim == 2:  # a Linear layer's case: rows of a and grad together
-            a_rows, g_rows = rows_of(a), rows_of(grad)  # (N, k), (N, m)
-            return row_split_matmul(g_rows, b.T).reshape(a.shape), row_split_matmul(a_rows.T, g_rows)  # dA, dB
-        a2 = a.reshape((1,) + a.shape) if a.ndim == 1 else a  # (..., n, k)
-        b2 = b.reshape(b.shape + (1,)) if b.ndim == 1 else b  # (..., k, m)
-        g2 = grad.reshape(grad.shape + (1,)) if b.ndim == 1 else grad
-        if a.ndim == 1:
+        a, b = ctx.saved_tensors  # b is None when a needs no gradient, a when b needs none
+        a_ndim, b_ndim = ctx.inputs[0].ndim, ctx.inputs[1].ndim
+        m, grad_a, grad_b = on(grad), None, None
+        if m is _OnArrays and a_ndim >= 2 and b_ndim == 2:  # a Linear layer's case: rows of a and grad together
+            g_rows = rows_of(grad)  # (N, m)
+            if b is not None:
+                grad_a = row_split_matmul(g_rows, b.T).reshape(ctx.inputs[0].shape)  # dA = dC B^T
+            if a is not None:
+                grad_b = row_split_matmul(rows_of(a).T, g_rows)  # dB = A^T dC
+            return grad_a, grad_b
+        g2 = grad.reshape(grad.shape + (1,)) if b_ndim == 1 else grad
+        if a_ndim == 1:
             g2 = g2.reshape(g2.shape[:-1] + (1,) + g2.shape[-1:])  # (..., n, m)
-        right = m.swap_last(b2)
-        if m is _OnArrays:
-            right = _right_operand(right)  # laid out contiguously, for numpy's batched product
-        grad_a = g2 @ right  # (..., n, k)
-        grad_b = m.swap_last(a2) @ g2  # (..., k, m)
-        if a.ndim == 1:
-            grad_a = grad_a.reshape(grad_a.shape[:-2] + grad_a.shape[-1:])
-        if b.ndim == 1:
-            grad_b = grad_b.reshape(grad_b.shape[:-1])
+        if b is not None:
+            right = m.swap_last(b.reshape(b.shape + (1,)) if b_ndim == 1 else b)  # (..., m, k)
+            if m is _OnArrays:
+                right = _right_operand(right)  # laid out contiguously, for numpy's batched product
+            grad_a = g2 @ right  # (..., n, k)
+            if a_ndim == 1:
+                grad_a = grad_a.reshape(grad_a.shape[:-2] + grad_a.shape[-1:])
+        if a is not None:
+            grad_b = m.swap_last(a.reshape((1,) + a.shape) if a_ndim == 1 else a) @ g2  # (..., k, m)
+            if b_ndim == 1:
+                grad_b = grad_b.reshape(grad_b.shape[:-1])
         return grad_a, grad_b
 
 

@@ -9,6 +9,7 @@ finds `Tensor.softmax` or `__add__` here. The engine (engine.py) records and wal
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -634,6 +635,7 @@ class Tensor(Node):
         self.bump_version()
         if recording and result.requires_grad:
             self._ctx, self.requires_grad = result._ctx, True
+            self._ctx.output = weakref.ref(self)  # this tensor is now that op's output
         return self
 
     def add_(self, other: Any, alpha: float = 1) -> Tensor:

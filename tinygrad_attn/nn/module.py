@@ -315,6 +315,14 @@ class Module:
                 b._data = b._data.astype(dtype)
         return self
 
+    def double(self) -> Module:
+        """Every float parameter and buffer in float64 (PyTorch's Module.double())."""
+        return self.to(np.float64)
+
+    def float(self) -> Module:  # noqa: A003  (PyTorch's name)
+        """Every float parameter and buffer in float32 (PyTorch's Module.float())."""
+        return self.to(np.float32)
+
     def extra_repr(self) -> str:
         return ""
 

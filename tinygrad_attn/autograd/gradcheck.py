@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from .engine import no_grad
-from .tensor import Tensor, where
+from ..engine import enable_grad, no_grad
+from ..tensor import Tensor, where
+from .backward import grad
 
 
 class GradcheckError(RuntimeError):
@@ -118,3 +119,45 @@ def gradcheck(
     finally:
         for t, (data, grad) in zip(inputs, saved):
             t._data, t.grad = data, grad
+
+
+def gradgradcheck(
+    fn: Callable[..., Any],
+    inputs: Tensor | Sequence[Tensor],
+    grad_outputs: Tensor | Sequence[Tensor] | None = None,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+    max_elements: int = 2048,
+    seed: int = 0,
+) -> bool:
+    """True if the second derivatives of `fn` match finite differences of its first derivatives, as PyTorch's
+    gradgradcheck: `gradcheck` of x, v -> d(sum(fn(x) * v))/dx computed with `create_graph=True`, so both
+    the dependence on x (the Hessian) and on the vector v (the Jacobian again) are checked. `grad_outputs`
+    (one per float output) are drawn at random (seeded) when not given."""
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    outputs = _outputs(fn(*inputs))
+    if grad_outputs is None:
+        rng = np.random.default_rng(seed + 1)
+        grad_outputs = [Tensor(rng.standard_normal(y.shape).astype(np.float64), requires_grad=True) for y in outputs]
+    else:
+        grad_outputs = [grad_outputs] if isinstance(grad_outputs, Tensor) else list(grad_outputs)
+    if len(grad_outputs) != len(outputs):
+        raise ValueError(f"gradgradcheck: {len(grad_outputs)} grad_outputs for {len(outputs)} float outputs")
+    n = len(inputs)
+
+    def first_derivative(*args: Tensor) -> tuple[Tensor, ...]:
+        xs, vs = args[:n], args[n:]
+        with enable_grad():
+            ys = _outputs(fn(*xs))
+            pairs = [(y, v) for y, v in zip(ys, vs) if y.requires_grad]
+            wanted = [x for x in xs if isinstance(x, Tensor) and x.requires_grad]
+            if not pairs or not wanted:
+                return tuple(Tensor(np.zeros(x.shape)) for x in wanted)
+            found = grad([y for y, _ in pairs], wanted, [v.astype(y.dtype) for y, v in pairs], create_graph=True,
+                         allow_unused=True)
+        return tuple(Tensor(np.zeros(x.shape, x.dtype)) if g is None else g for x, g in zip(wanted, found))
+
+    return gradcheck(first_derivative, inputs + grad_outputs, eps=eps, atol=atol, rtol=rtol,
+                     raise_exception=raise_exception, max_elements=max_elements, seed=seed)
