@@ -24,7 +24,7 @@ for sentence in ["J'aime l'IA", "le chat dort", "nous aimons les livres"]:
 english, batch = task.answer(model, "J'aime l'IA")
 src, lengths, tgt_in = batch.inputs
 _, attention = model(src, tgt_in, lengths, return_attention=True)
-cross = attention["cross"][-1].numpy()[0].mean(0)  # last decoder layer, averaged over heads: (Tt, Ts)
+cross = attention["cross"][-1].detach().numpy()[0].mean(0)  # last decoder layer, averaged over heads: (Tt, Ts)
 queries = [task.tgt_words[t] for t in batch.targets[0]]  # row i reads token i and writes token i + 1
 keys = [task.src_words[i] for i in src[0]]
 print("cross-attention (rows: the English word being written, columns: French words):")

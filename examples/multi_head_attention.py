@@ -12,6 +12,6 @@ out, weights = mha(x)  # self-attention: queries, keys and values all come from 
 print(mha)
 print("output", out.shape, "weights", weights.shape)  # (1, 5, 64) and (1, 4, 5, 5): one 5x5 map per head
 assert out.shape == (1, 5, 64) and weights.shape == (1, 4, 5, 5)
-assert np.allclose(weights.numpy().sum(-1), 1, atol=1e-6)  # every row of every head is a distribution
-print("row sums of head 0:", np.round(weights.numpy()[0, 0].sum(-1), 6))
+assert np.allclose(weights.detach().numpy().sum(-1), 1, atol=1e-6)  # every row of every head is a distribution
+print("row sums of head 0:", np.round(weights.detach().numpy()[0, 0].sum(-1), 6))
 print(f"{mha.num_parameters()} parameters = 4 x (64 x 64 + 64)")

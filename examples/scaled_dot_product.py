@@ -18,9 +18,9 @@ out = weights @ v  # (1, 3, 256): weighted average of the values
 s = q_np @ k_np.transpose(0, 2, 1) / np.sqrt(d)
 p = np.exp(s - s.max(-1, keepdims=True))
 p /= p.sum(-1, keepdims=True)
-np.testing.assert_allclose(out.numpy(), p @ v_np, rtol=1e-12)
-np.testing.assert_allclose(F.scaled_dot_product_attention(q, k, v).numpy(), out.numpy(), rtol=1e-12)
+np.testing.assert_allclose(out.detach().numpy(), p @ v_np, rtol=1e-12)
+np.testing.assert_allclose(F.scaled_dot_product_attention(q, k, v).detach().numpy(), out.detach().numpy(), rtol=1e-12)
 
 out.sum().backward()  # and the gradients flow back to q, k and v
-print("weights:\n", np.round(weights.numpy()[0], 3))
+print("weights:\n", np.round(weights.detach().numpy()[0], 3))
 print("output", out.shape, "matches numpy; grad of q", q.grad.shape)

@@ -19,6 +19,6 @@ for heads in (1, 2, 4, 8):
     plural = "s" if heads > 1 else ""
     title = f"untrained, {heads} head{plural} of size {32 // heads} (rows: queries, columns: keys)"
     tokens = [f"t{i}" for i in range(6)]
-    path = heatmap_grid(weights.numpy()[0], f"heads_{heads}.png", title, queries=tokens, keys=tokens)
+    path = heatmap_grid(weights.detach().numpy()[0], f"heads_{heads}.png", title, queries=tokens, keys=tokens)
     print(f"{heads} heads x {32 // heads} dims: weights {weights.shape}, {mha.num_parameters()} parameters,"
           f" picture {path or 'skipped'}")

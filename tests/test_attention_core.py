@@ -90,7 +90,7 @@ def test_empty_sequences_on_both_paths(sdpa_path, tq, tk):
     rng = np.random.default_rng(0)
     q, k, v = T(rng.normal(size=(2, tq, 4))), T(rng.normal(size=(2, tk, 4))), T(rng.normal(size=(2, tk, 5)))
     out = F.scaled_dot_product_attention(q, k, v)
-    assert out.shape == (2, tq, 5) and np.all(out.numpy() == 0)
+    assert out.shape == (2, tq, 5) and np.all(out.detach().numpy() == 0)
     out.backward(np.ones(out.shape))
     assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
 
@@ -151,7 +151,7 @@ def test_attention_beside_numpy_matmuls_in_another_thread(monkeypatch, mode):
     g = rng.normal(size=(1, 4, 1024, 32)).astype(np.float32)
     single = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     single.backward(g)
-    want = [single.numpy().copy(), q.grad.numpy().copy()]
+    want = [single.detach().numpy().copy(), q.grad.detach().numpy().copy()]
     a = rng.normal(size=(400, 400))
     results, errors = [], []
 
@@ -161,7 +161,7 @@ def test_attention_beside_numpy_matmuls_in_another_thread(monkeypatch, mode):
                 q.grad = None
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
                 out.backward(g)
-                results.append((out.numpy(), q.grad.numpy()))
+                results.append((out.detach().numpy(), q.grad.detach().numpy()))
         except Exception as err:  # noqa: BLE001
             errors.append(err)
 
@@ -186,14 +186,14 @@ def test_two_threads_running_multi_head_attention(monkeypatch, mode):
     mha = nn.MultiHeadAttention(32, 4)
     rng = np.random.default_rng(0)
     inputs = [rng.normal(size=(1, 2048, 32)).astype(np.float32) for _ in range(2)]
-    want = [mha(T(x, False), is_causal=True, need_weights=False)[0].numpy() for x in inputs]
+    want = [mha(T(x, False), is_causal=True, need_weights=False)[0].detach().numpy() for x in inputs]
     got, errors = [[], []], []
 
     def run(i):
         def body():
             try:
                 for _ in range(2):
-                    got[i].append(mha(T(inputs[i], False), is_causal=True, need_weights=False)[0].numpy())
+                    got[i].append(mha(T(inputs[i], False), is_causal=True, need_weights=False)[0].detach().numpy())
             except Exception as err:  # noqa: BLE001
                 errors.append(err)
         return body
@@ -249,7 +249,7 @@ before = runtime.omp_get_max_active_levels()
 ta.set_num_threads(2)
 x = ta.Tensor(np.random.default_rng(0).normal(size=(256, 512)).astype(np.float32), requires_grad=True)
 y = F.softmax(x, dim=-1)
-y.backward(np.ones_like(y.numpy()))
+y.backward(np.ones_like(y.detach().numpy()))
 import numba
 print(json.dumps({"layer": numba.threading_layer(), "levels": [before, runtime.omp_get_max_active_levels()],
                   "parts": parallel.row_parts(256, 256 * 512)}))
@@ -323,7 +323,7 @@ def _nan_patterns(kernel, q, k, v, mask, causal):
     with ta.sdpa_kernel(kernel):
         out = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask, is_causal=causal)
     out.sum().backward()
-    return [np.isnan(a) for a in (out.numpy(), tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy())]
+    return [np.isnan(a) for a in (out.detach().numpy(), tq.grad.detach().numpy(), tk.grad.detach().numpy(), tv.grad.detach().numpy())]
 
 
 @pytest.mark.parametrize("t", [1, 5, 16, 130])

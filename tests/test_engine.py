@@ -112,11 +112,11 @@ def test_attributes_and_conversions():
     x = ta.Tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
     assert x.shape == (2, 3) and x.ndim == 2 and x.size() == (2, 3) and x.size(-1) == 3
     assert x.numel() == 6 and len(x) == 2
-    assert np.asarray(x) is x.numpy() and x.numpy() is x.numpy()
+    assert np.asarray(x) is x.detach().numpy() and x.detach().numpy() is x.detach().numpy()
     assert ta.tensor(4.0).item() == 4.0
     assert "requires_grad=True" in repr(x) and "grad_fn=<MulBackward>" in repr(x * 2)
     assert isinstance(np.ones((2, 3)) + x, ta.Tensor)  # ndarray + Tensor calls Tensor.__radd__
-    np.testing.assert_array_equal((np.ones((2, 3)) + x).numpy(), 1 + x.numpy())
+    np.testing.assert_array_equal((np.ones((2, 3)) + x).detach().numpy(), 1 + x.detach().numpy())
     with pytest.raises(ValueError, match="one element"):
         x.item()
 

@@ -30,7 +30,7 @@ def _model_attention(model, tokens):
     for w in weights:
         w.retain_grad()
     ta.nn.functional.cross_entropy(logits.reshape(-1, 11), ta.tensor(tokens[:, 1:].reshape(-1))).backward()
-    return [(w.numpy()[0], w.grad.numpy()[0]) for w in weights]
+    return [(w.detach().numpy()[0], w.grad.detach().numpy()[0]) for w in weights]
 
 
 def test_maps_equal_the_models_own_weights_and_their_gradients():

@@ -37,12 +37,12 @@ def test_softmax_fully_masked_row_is_zero_with_zero_gradient():
     x = T(np.random.default_rng(0).normal(size=(2, 4)))
     mask = np.array([[True, False, True, False], [False] * 4])
     p = F.softmax(x, -1, mask=mask)
-    np.testing.assert_allclose(p.numpy().sum(-1), [1.0, 0.0])
-    assert p.numpy()[0, 1] == 0 and p.numpy()[0, 3] == 0
+    np.testing.assert_allclose(p.detach().numpy().sum(-1), [1.0, 0.0])
+    assert p.detach().numpy()[0, 1] == 0 and p.detach().numpy()[0, 3] == 0
     (p * ta.Tensor(np.arange(8.0).reshape(2, 4))).sum().backward()
     np.testing.assert_array_equal(x.grad.numpy()[1], 0)
     np.testing.assert_array_equal(x.grad.numpy()[0, [1, 3]], 0)
-    lp = F.log_softmax(ta.Tensor(x.numpy()), -1, mask=mask)
+    lp = F.log_softmax(ta.Tensor(x.detach().numpy()), -1, mask=mask)
     assert np.isneginf(lp.numpy()[0, 1]) and np.all(lp.numpy()[1] == 0)
 
 
@@ -59,7 +59,7 @@ def test_layer_norm(data, lead, n, affine):
     else:
         out = F.layer_norm(T(x), (n,))
         assert ta.gradcheck(lambda x_: F.layer_norm(x_, (n,)), [T(x)])
-    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-10, atol=1e-12)
 
 
 def test_layer_norm_over_two_trailing_dims_and_bad_shape():
@@ -76,21 +76,21 @@ def test_layer_norm_over_two_trailing_dims_and_bad_shape():
 def test_gelu_and_relu(data, shape):
     x = data.draw(arrays(shape, -3, 3))
     erf = np.vectorize(math.erf, otypes=[float])
-    np.testing.assert_allclose(F.gelu(T(x)).numpy(), x * 0.5 * (1 + erf(x / math.sqrt(2))), rtol=1e-12)
+    np.testing.assert_allclose(F.gelu(T(x)).detach().numpy(), x * 0.5 * (1 + erf(x / math.sqrt(2))), rtol=1e-12)
     assert ta.gradcheck(F.gelu, [T(x)])
-    np.testing.assert_array_equal(F.relu(T(x)).numpy(), np.maximum(x, 0))
+    np.testing.assert_array_equal(F.relu(T(x)).detach().numpy(), np.maximum(x, 0))
 
 
 def test_dropout_scales_kept_entries_and_is_identity_in_eval():
     x = T(np.ones((200, 50)))
     ta.manual_seed(3)
     y = F.dropout(x, 0.25)
-    kept = y.numpy() != 0
+    kept = y.detach().numpy() != 0
     assert 0.7 < kept.mean() < 0.8
-    np.testing.assert_allclose(y.numpy()[kept], 1 / 0.75)
+    np.testing.assert_allclose(y.detach().numpy()[kept], 1 / 0.75)
     assert F.dropout(x, 0.25, training=False) is x
     ta.manual_seed(3)
-    np.testing.assert_array_equal(F.dropout(x, 0.25).numpy(), y.numpy())
+    np.testing.assert_array_equal(F.dropout(x, 0.25).detach().numpy(), y.detach().numpy())
 
     def reseeded(t):
         ta.manual_seed(5)
@@ -115,7 +115,7 @@ def test_cross_entropy(reduction, data, lead, classes):
     expected = {"none": per, "sum": per.sum(), "mean": per.sum() / counted if counted else np.nan}[reduction]
     scores = np.moveaxis(logits, -1, 1)  # PyTorch's layout: (N, C) or (N, C, d1)
     out = F.cross_entropy(T(scores), target, reduction=reduction)
-    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-10, atol=1e-12)  # NaN when every target is ignored
+    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-10, atol=1e-12)  # NaN when every target is ignored
     if counted or reduction != "mean":
         assert ta.gradcheck(lambda x: F.cross_entropy(x, target, reduction=reduction), [T(scores)])
 
@@ -167,9 +167,9 @@ def test_attention_weights_rows_sum_to_one_and_causal_never_looks_ahead():
     rng = np.random.default_rng(0)
     q, k, v = (T(rng.normal(size=(2, 3, 6, 4))) for _ in range(3))
     out, w = F.scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=True)
-    np.testing.assert_allclose(w.numpy().sum(-1), 1.0)
-    assert np.all(np.triu(w.numpy(), 1) == 0)
-    np.testing.assert_allclose(out.numpy(), F.scaled_dot_product_attention(q, k, v, is_causal=True).numpy())
+    np.testing.assert_allclose(w.detach().numpy().sum(-1), 1.0)
+    assert np.all(np.triu(w.detach().numpy(), 1) == 0)
+    np.testing.assert_allclose(out.detach().numpy(), F.scaled_dot_product_attention(q, k, v, is_causal=True).detach().numpy())
 
 
 def test_fully_masked_attention_row_gives_zeros_and_zero_gradient_on_both_paths(sdpa_path):
@@ -182,7 +182,7 @@ def test_fully_masked_attention_row_gives_zeros_and_zero_gradient_on_both_paths(
         out = F.scaled_dot_product_attention(qt, kt, vt, mask=mask, return_weights=weights)
         out = out[0] if weights else out
         out.sum().backward()
-        np.testing.assert_array_equal(out.numpy()[..., 1, :], 0)
+        np.testing.assert_array_equal(out.detach().numpy()[..., 1, :], 0)
         np.testing.assert_array_equal(qt.grad.numpy()[..., 1, :], 0)
         assert all(np.isfinite(t.grad.numpy()).all() for t in (qt, kt, vt))
 

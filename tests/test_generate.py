@@ -15,7 +15,7 @@ def small_lm(max_len=12, seed=0):
 
 def greedy_without_cache(model, tokens, n):
     for _ in range(n):
-        logits = model(tokens[:, -model.config["max_len"]:]).numpy()[:, -1]
+        logits = model(tokens[:, -model.config["max_len"]:]).detach().numpy()[:, -1]
         tokens = np.concatenate([tokens, logits.argmax(-1)[:, None]], axis=1)
     return tokens
 
@@ -23,9 +23,9 @@ def greedy_without_cache(model, tokens, n):
 def test_cached_logits_equal_full_forward_logits(sdpa_path):
     model = small_lm()
     tokens = np.random.default_rng(0).integers(0, 11, (2, 9))
-    full = model(tokens).numpy()
+    full = model(tokens).detach().numpy()
     cache = nn.KVCache()
-    pieces = [model(tokens[:, :4], kv_cache=cache).numpy()] + [model(tokens[:, i:i + 1], kv_cache=cache).numpy()
+    pieces = [model(tokens[:, :4], kv_cache=cache).detach().numpy()] + [model(tokens[:, i:i + 1], kv_cache=cache).detach().numpy()
                                                              for i in range(4, 9)]
     np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, rtol=1e-10, atol=1e-12)
     assert cache.length == 9
@@ -80,7 +80,7 @@ def test_seq2seq_generation_runs_the_encoder_once_and_matches_full_decoding():
     memory = encode(src, lengths)
     tokens = np.ones((2, 1), np.int64)
     for _ in range(6):
-        logits = model.decode(tokens, memory, lengths).numpy()[:, -1]
+        logits = model.decode(tokens, memory, lengths).detach().numpy()[:, -1]
         tokens = np.concatenate([tokens, logits.argmax(-1)[:, None]], axis=1)
     np.testing.assert_array_equal(got, tokens)
     stopped = model.translate(src, 6, bos=1, eos=int(tokens[0, 2]), src_lengths=lengths, top_k=1)
@@ -100,8 +100,8 @@ def test_a_refused_call_leaves_the_cache_as_it_was():
     with pytest.raises(ValueError, match="exceed max_len"):  # fails inside the model, after the checks
         model(np.zeros((2, 10), np.int64), kv_cache=cache)
     assert cache.length == 3
-    rest = [model(tokens[:, i:i + 1], kv_cache=cache).numpy() for i in range(3, 6)]
-    np.testing.assert_allclose(np.concatenate(rest, axis=1), model(tokens).numpy()[:, 3:], rtol=1e-10, atol=1e-12)
+    rest = [model(tokens[:, i:i + 1], kv_cache=cache).detach().numpy() for i in range(3, 6)]
+    np.testing.assert_allclose(np.concatenate(rest, axis=1), model(tokens).detach().numpy()[:, 3:], rtol=1e-10, atol=1e-12)
 
 
 def test_a_cache_belongs_to_one_model():
@@ -111,7 +111,7 @@ def test_a_cache_belongs_to_one_model():
     with pytest.raises(ValueError, match="holds the keys of another CausalLM"):
         second(np.array([[4]]), kv_cache=cache)
     cache.reset()
-    np.testing.assert_allclose(second(np.array([[4]]), kv_cache=cache).numpy(), second(np.array([[4]])).numpy())
+    np.testing.assert_allclose(second(np.array([[4]]), kv_cache=cache).detach().numpy(), second(np.array([[4]])).detach().numpy())
 
 
 def test_a_new_module_never_reads_a_dead_modules_keys():
@@ -130,7 +130,7 @@ def test_cross_attention_cache_refuses_another_memory():
     cache = nn.KVCache()
     mha(query, memory, kv_cache=cache)
     same = ta.tensor(memory.numpy().copy())  # equal values in a new tensor: the same memory
-    np.testing.assert_allclose(mha(query, same, kv_cache=cache)[0].numpy(), mha(query, memory)[0].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(mha(query, same, kv_cache=cache)[0].detach().numpy(), mha(query, memory)[0].detach().numpy(), rtol=1e-6)
     with pytest.raises(ValueError, match="computed from another memory"):
         mha(query, memory * 2, kv_cache=cache)
 

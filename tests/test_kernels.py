@@ -332,7 +332,7 @@ def test_one_tile_per_group_matches_reference_and_gradchecks(default_tiles, kind
         tk = tq
         qkv = ta.Tensor(rng.normal(size=(2, tq, 3, 3, d)), requires_grad=True)  # (B, T, 3, H, d)
         split = lambda a: [np.swapaxes(a[:, :, i], 1, 2) for i in range(3)]  # noqa: E731
-        q, k, v = split(qkv.numpy())
+        q, k, v = split(qkv.detach().numpy())
         inputs = [qkv]
         attend = lambda x: F.packed_self_attention(x, mask=mask, is_causal=causal)  # noqa: E731
     else:
@@ -341,7 +341,7 @@ def test_one_tile_per_group_matches_reference_and_gradchecks(default_tiles, kind
         attend = lambda *x: F.scaled_dot_product_attention(*x, mask=mask, is_causal=causal)  # noqa: E731
     mask = _random_mask(rng, kind, (2, 3), tq, tk, np.float64)
     bias = None if mask is None else np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask
-    out = attend(*inputs).numpy()
+    out = attend(*inputs).detach().numpy()
     expected = flash.attention_reference(q, k, v, 1 / math.sqrt(d), causal, bias)
     np.testing.assert_allclose(out.swapaxes(1, 2) if packed else out, expected, **tol(np.float64))
     assert ta.gradcheck(attend, inputs)
@@ -386,12 +386,12 @@ def test_flash_attention_on_head_split_views(small_blocks, b, t, heads, causal, 
     split = [a.reshape(b, t, heads, 2).transpose(1, 2) for a in (q, k, v)]  # (B, H, T, 2), not contiguous
     padding = rng.random((b, 1, 1, t)) > 0.2
     out = F.scaled_dot_product_attention(*split, mask=padding, is_causal=causal)
-    dense = [np.ascontiguousarray(a.numpy()) for a in split]
+    dense = [np.ascontiguousarray(a.detach().numpy()) for a in split]
     bias = np.where(padding, 0.0, -np.inf)
-    np.testing.assert_allclose(out.numpy(), flash.attention_reference(*dense, 2**-0.5, causal, bias),
+    np.testing.assert_allclose(out.detach().numpy(), flash.attention_reference(*dense, 2**-0.5, causal, bias),
                                rtol=1e-12, atol=1e-12)
     merged = out.transpose(1, 2)
-    assert merged.numpy().flags.c_contiguous or heads == 1 or t == 1
+    assert merged.detach().numpy().flags.c_contiguous or heads == 1 or t == 1
     merged.reshape(b, t, heads * 2).sum().backward()
     reference = [ta.Tensor(a, requires_grad=True) for a in x]
     split_ref = [a.reshape(b, t, heads, 2).transpose(1, 2) for a in reference]
@@ -667,7 +667,7 @@ def test_packed_self_attention_is_attention_on_the_split_heads(small_blocks, lea
     split = ta.Tensor(data, requires_grad=True)
     q, k, v = (split[..., i, :, :].transpose(-3, -2) for i in range(3))  # (..., H, T, d)
     expected = F.scaled_dot_product_attention(q, k, v, mask=mask, is_causal=causal).transpose(-3, -2)
-    np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out.detach().numpy(), expected.detach().numpy(), rtol=1e-12, atol=1e-12)
     grad = rng.normal(size=out.shape)
     out.backward(grad)
     expected.backward(grad)

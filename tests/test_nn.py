@@ -44,8 +44,8 @@ def _check_products_ran(products, rows):
 def test_linear(products, data, lead, n_in, n_out, bias):
     layer = double(nn.Linear(n_in, n_out, bias))
     x = data.draw(arrays(lead + (n_in,)))
-    expected = x @ layer.weight.numpy().T + (layer.bias.numpy() if bias else 0)
-    np.testing.assert_allclose(layer(ta.Tensor(x)).numpy(), expected)
+    expected = x @ layer.weight.detach().numpy().T + (layer.bias.detach().numpy() if bias else 0)
+    np.testing.assert_allclose(layer(ta.Tensor(x)).detach().numpy(), expected)
     _check_products_ran(products, int(np.prod(lead)) if n_in and n_out else 0)  # no product with an empty side
     assert check_module(layer, [ta.Tensor(x, requires_grad=True)])
 
@@ -57,8 +57,8 @@ def test_packed_linear_is_the_layers_side_by_side(products, data, lead, n_in, ou
     x = ta.Tensor(data.draw(arrays(lead + (n_in,))), requires_grad=True)
     params = [layer.weight for layer in layers] + ([layer.bias for layer in layers] if bias else [])
     packed = lambda x_, *ps: PackedLinearFunction.apply(x_, *ps, count=len(outs))  # noqa: E731
-    expected = np.concatenate([layer(x).numpy() for layer in layers], axis=-1)
-    np.testing.assert_allclose(packed(x, *params).numpy(), expected, rtol=1e-12, atol=1e-12)
+    expected = np.concatenate([layer(x).detach().numpy() for layer in layers], axis=-1)
+    np.testing.assert_allclose(packed(x, *params).detach().numpy(), expected, rtol=1e-12, atol=1e-12)
     _check_products_ran(products, int(np.prod(lead)))
     assert ta.gradcheck(packed, [x] + params, max_elements=64)
 
@@ -68,19 +68,19 @@ def test_linear_init_matches_pytorch_bounds():
     layer = nn.Linear(400, 300)
     bound = 1 / np.sqrt(400)
     assert layer.weight.shape == (300, 400) and layer.weight.dtype == np.float32
-    assert np.abs(layer.weight.numpy()).max() <= bound and np.abs(layer.weight.numpy()).max() > 0.99 * bound
-    assert abs(layer.weight.numpy().std() - bound / np.sqrt(3)) < 0.01 * bound
+    assert np.abs(layer.weight.detach().numpy()).max() <= bound and np.abs(layer.weight.detach().numpy()).max() > 0.99 * bound
+    assert abs(layer.weight.detach().numpy().std() - bound / np.sqrt(3)) < 0.01 * bound
 
 
 @given(data=st.data(), lead=shapes(1, 2), n=st.integers(2, 5), affine=st.booleans())
 def test_layer_norm_module_normalises(data, lead, n, affine):
     layer = double(nn.LayerNorm(n, elementwise_affine=affine))
     x = data.draw(arrays(lead + (n,)))
-    y = layer(ta.Tensor(x)).numpy()
+    y = layer(ta.Tensor(x)).detach().numpy()
     np.testing.assert_allclose(y.mean(-1), 0, atol=1e-12)
     np.testing.assert_allclose(y.var(-1), x.var(-1) / (x.var(-1) + 1e-5), rtol=1e-9)  # var 1 up to eps
     if affine:
-        layer.weight.numpy()[:] = data.draw(arrays((n,)))
+        layer.weight.detach().numpy()[:] = data.draw(arrays((n,)))
     assert check_module(layer, [ta.Tensor(x, requires_grad=True)])
 
 
@@ -90,12 +90,12 @@ def test_embedding_gather_and_scatter_add(data, shape, padding):
     idx = np.array(data.draw(st.lists(st.integers(0, 4), min_size=int(np.prod(shape)),
                                       max_size=int(np.prod(shape)))), np.int64).reshape(shape)
     out = emb(idx)
-    np.testing.assert_array_equal(out.numpy(), emb.weight.numpy()[idx])
+    np.testing.assert_array_equal(out.detach().numpy(), emb.weight.detach().numpy()[idx])
     out.sum().backward()
     counts = np.bincount(idx.reshape(-1), minlength=5).astype(float)
     if padding:
         counts[0] = 0
-        assert np.all(emb.weight.numpy()[0] == 0)
+        assert np.all(emb.weight.detach().numpy()[0] == 0)
     np.testing.assert_array_equal(emb.weight.grad.numpy(), np.repeat(counts[:, None], 3, 1))
     if not padding:  # the padding row's gradient is zero by design, not the true derivative
         assert ta.gradcheck(lambda w: emb(idx), [emb.weight])
@@ -114,7 +114,7 @@ def test_positional_encodings():
     np.testing.assert_allclose(table[3, 2], np.sin(3 / 10000 ** (2 / 6)))
     np.testing.assert_allclose(table[3, 3], np.cos(3 / 10000 ** (2 / 6)))
     x = ta.Tensor(np.zeros((2, 4, 6)), requires_grad=True)
-    np.testing.assert_allclose(nn.PositionalEncoding(6, 10)(x).numpy()[1], table[:4])
+    np.testing.assert_allclose(nn.PositionalEncoding(6, 10)(x).detach().numpy()[1], table[:4])
     learned = double(nn.LearnedPositionalEncoding(6, 10))
     assert check_module(learned, [ta.Tensor(np.random.default_rng(0).normal(size=(2, 4, 6)), requires_grad=True)])
     with pytest.raises(ValueError, match="positions up to 4 exceed max_len 3"):
@@ -183,7 +183,7 @@ def test_self_attention_packed_path_has_the_same_maths(sdpa_path, unbatched, b, 
     inputs = [ta.Tensor(data, requires_grad=True) for _ in range(3)]
     separate, _ = mha(*inputs, mask=mask, is_causal=causal, need_weights=False)
     separate.backward(grad)
-    np.testing.assert_allclose(packed.numpy(), separate.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(packed.detach().numpy(), separate.detach().numpy(), rtol=1e-12, atol=1e-12)
     separate_grads = [sum(i.grad.numpy() for i in inputs)] + [p.grad.numpy() for p in mha.parameters()]
     for got, want in zip(packed_grads, separate_grads):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
@@ -198,11 +198,11 @@ def test_multi_head_attention_shapes_rows_and_causality():
     x = ta.Tensor(rng.normal(size=(1, 5, 64)).astype(np.float32))
     out, w = mha(x, is_causal=True)
     assert out.shape == (1, 5, 64) and w.shape == (1, 4, 5, 5)
-    np.testing.assert_allclose(w.numpy().sum(-1), 1, rtol=1e-6)
-    assert np.all(np.triu(w.numpy(), 1) == 0)
+    np.testing.assert_allclose(w.detach().numpy().sum(-1), 1, rtol=1e-6)
+    assert np.all(np.triu(w.detach().numpy(), 1) == 0)
     out2, none = mha(x, is_causal=True, need_weights=False)
     assert none is None
-    np.testing.assert_allclose(out2.numpy(), out.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out2.detach().numpy(), out.detach().numpy(), rtol=1e-5, atol=1e-6)
     avg = mha(x, average_attn_weights=True)[1]
     assert avg.shape == (1, 5, 5)
     single, w1 = mha(ta.Tensor(x.numpy()[0]))  # unbatched (T, E)
@@ -213,9 +213,9 @@ def test_head_split_keeps_positions_apart():
     """Changing one position's input changes no other position's projected head vectors."""
     mha = nn.MultiHeadAttention(8, 2)
     x = np.random.default_rng(0).normal(size=(1, 3, 8)).astype(np.float32)
-    heads = mha._split_heads(mha.q_proj(ta.Tensor(x))).numpy()
+    heads = mha._split_heads(mha.q_proj(ta.Tensor(x))).detach().numpy()
     x[0, 1] += 1
-    changed = mha._split_heads(mha.q_proj(ta.Tensor(x))).numpy()
+    changed = mha._split_heads(mha.q_proj(ta.Tensor(x))).detach().numpy()
     assert np.all(heads[:, :, [0, 2]] == changed[:, :, [0, 2]]) and np.any(heads[:, :, 1] != changed[:, :, 1])
 
 
@@ -249,7 +249,7 @@ def test_post_norm_is_layer_norm_of_residual():
     attended = layer.self_attn(x)[0]
     expected = layer.norm1(x + attended)
     expected = layer.norm2(expected + layer.ff(expected))
-    np.testing.assert_allclose(layer(x).numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)  # float32 rounding
+    np.testing.assert_allclose(layer(x).detach().numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-6)  # float32 rounding
 
 
 def test_models_gradcheck_and_expose_attention():
@@ -258,7 +258,7 @@ def test_models_gradcheck_and_expose_attention():
     tokens = rng.integers(0, 5, (2, 4))
     assert ta.gradcheck(lambda *ps: lm(tokens), lm.parameters(), max_elements=16)
     logits, attn = lm(tokens, return_attention=True)
-    assert logits.shape == (2, 4, 5) and attn[0].shape == (2, 2, 4, 4) and np.all(np.triu(attn[0].numpy(), 1) == 0)
+    assert logits.shape == (2, 4, 5) and attn[0].shape == (2, 2, 4, 4) and np.all(np.triu(attn[0].detach().numpy(), 1) == 0)
 
     s2s = double(nn.Seq2SeqTransformer(6, 5, max_len=6, d_model=4, nhead=2, num_encoder_layers=1,
                                        num_decoder_layers=1, dim_feedforward=6))
@@ -266,7 +266,7 @@ def test_models_gradcheck_and_expose_attention():
     assert ta.gradcheck(lambda *ps: s2s(src, tgt, lengths), s2s.parameters(), max_elements=16)
     logits, attn = s2s(src, tgt, lengths, return_attention=True)
     assert logits.shape == (2, 3, 5) and attn["cross"][0].shape == (2, 2, 3, 5)
-    assert np.all(attn["cross"][0].numpy()[1, :, :, 3:] == 0)  # padding is never attended
+    assert np.all(attn["cross"][0].detach().numpy()[1, :, :, 3:] == 0)  # padding is never attended
 
 
 def test_module_system():
@@ -280,7 +280,7 @@ def test_module_system():
     other = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).to(np.float64)
     other.load_state_dict(state)
     assert other[0].weight.dtype == np.float64
-    np.testing.assert_allclose(other[0].weight.numpy(), state["0.weight"])
+    np.testing.assert_allclose(other[0].weight.detach().numpy(), state["0.weight"])
     x = ta.Tensor(np.ones((1, 3), np.float32))
     model(x).sum().backward()
     assert model[0].weight.grad is not None
@@ -293,4 +293,4 @@ def test_module_system():
     with pytest.raises(ValueError, match=r"'0.weight' has shape \(2, 2\)"):
         model.load_state_dict({**state, "0.weight": np.zeros((2, 2))})
     model.load_state_dict({"0.bias": np.zeros(4)}, strict=False)
-    assert np.all(model[0].bias.numpy() == 0)
+    assert np.all(model[0].bias.detach().numpy() == 0)

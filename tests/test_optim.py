@@ -17,7 +17,7 @@ def run(opt_cls, grads, **kw):
     for g in grads:
         p.grad = ta.Tensor(np.array(g))
         opt.step()
-        history.append(p.numpy().copy())
+        history.append(p.detach().numpy().copy())
     return history
 
 
@@ -59,13 +59,13 @@ def test_optimizer_state_round_trip():
     p.grad = ta.Tensor(np.array([0.3, -0.3]))
     opt.step()
     state = opt.state_dict()
-    q = ta.Tensor(p.numpy().copy(), requires_grad=True)
+    q = ta.Tensor(p.detach().numpy().copy(), requires_grad=True)
     other = optim.Adam([q], lr=0.5)
     other.load_state_dict(state)
     for opt_, t in ((opt, p), (other, q)):
         t.grad = ta.Tensor(np.array([0.1, 0.2]))
         opt_.step()
-    np.testing.assert_array_equal(p.numpy(), q.numpy())
+    np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy())
 
 
 @pytest.mark.parametrize("key, value, error", [

@@ -39,7 +39,7 @@ def test_result_type_matches_torch(a, b, a_dims, b_dims, scalar):
 def _compare(ours, theirs, x, grad=True, atol=1e-10):
     a, b = ta.tensor(x, requires_grad=grad), torch.tensor(x, requires_grad=grad)
     out, tout = ours(a), theirs(b)
-    np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), atol=atol, rtol=1e-9)
+    np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), atol=atol, rtol=1e-9)
     if grad:
         g = np.random.default_rng(1).normal(size=out.shape)
         out.backward(g)
@@ -79,7 +79,7 @@ def test_in_place_ops_match_torch_with_gradients():
     for case in cases:
         a, b = ta.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
         out, tout = case(a, lambda t: t * 1.0), case(b, lambda t: t * 1.0)
-        np.testing.assert_allclose(out.numpy(), tout.detach().numpy())
+        np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy())
         out.sum().backward()
         tout.sum().backward()
         np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy())
@@ -87,7 +87,7 @@ def test_in_place_ops_match_torch_with_gradients():
     s, ts = ta.tensor(src, requires_grad=True), torch.tensor(src, requires_grad=True)
     out = (a * 1.0).scatter_(0, ta.tensor(index), s)
     tout = (b * 1.0).scatter_(0, torch.tensor(index), ts)
-    np.testing.assert_allclose(out.numpy(), tout.detach().numpy())
+    np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy())
     (out * out).sum().backward()
     (tout * tout).sum().backward()
     np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy())
@@ -145,8 +145,8 @@ def test_named_arithmetic_and_comparisons_match_torch(name):
     ta_, tb = torch.tensor(x, requires_grad=True), torch.tensor(y)
     kwargs = {"alpha": 2.5} if name in ("add", "sub") else {}
     ours, theirs = getattr(ta, name)(a, b, **kwargs), getattr(torch, name)(ta_, tb, **kwargs)
-    np.testing.assert_allclose(ours.numpy(), theirs.detach().numpy(), atol=1e-12)
-    assert np.array_equal(getattr(a, name)(b, **kwargs).numpy(), ours.numpy())
+    np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), atol=1e-12)
+    assert np.array_equal(getattr(a, name)(b, **kwargs).detach().numpy(), ours.detach().numpy())
     if ours.dtype.kind == "f":
         ours.sum().backward()
         theirs.sum().backward()
@@ -183,8 +183,8 @@ def test_multihead_attention_has_pytorchs_interface(batch_first, masks):
     pq, pk, pv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
     out, weights = ours(tq, tk, tv, **kw)
     want, want_weights = theirs(pq, pk, pv, **{n: torch.tensor(m) for n, m in kw.items()})
-    np.testing.assert_allclose(out.numpy(), want.detach().numpy(), atol=1e-10)
-    np.testing.assert_allclose(weights.numpy(), want_weights.detach().numpy(), atol=1e-10)
+    np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), atol=1e-10)
+    np.testing.assert_allclose(weights.detach().numpy(), want_weights.detach().numpy(), atol=1e-10)
     out.sum().backward()
     want.sum().backward()
     for mine, theirs_t in ((tq, pq), (tk, pk), (tv, pv)):

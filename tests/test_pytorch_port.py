@@ -35,13 +35,13 @@ def test_tied_weight_is_listed_once_and_saved_under_both_names():
     state["lm_head.weight"] = state["wte.weight"]
     model.load_state_dict(state)
     assert model.wte.weight is model.lm_head.weight
-    np.testing.assert_array_equal(model.lm_head.weight.numpy(), state["wte.weight"])
+    np.testing.assert_array_equal(model.lm_head.weight.detach().numpy(), state["wte.weight"])
     assert model.ln.bias is None and [b.shape for b in model.buffers()] == [(3, 3), (4,)]
 
 
 def test_tied_weight_is_updated_and_clipped_once():
     model = Tied()
-    before = model.lm_head.weight.numpy().copy()
+    before = model.lm_head.weight.detach().numpy().copy()
     logits = model(np.array([[1, 2, 3]]))
     F.cross_entropy(logits.reshape(-1, logits.shape[-1]), np.array([2, 3, 4])).backward()
     grad = model.lm_head.weight.grad.numpy().copy()
@@ -50,7 +50,7 @@ def test_tied_weight_is_updated_and_clipped_once():
     assert math.isclose(norm, total, rel_tol=1e-6)
     opt = optim.SGD(model.parameters(), lr=0.1)
     opt.step()
-    np.testing.assert_allclose(model.lm_head.weight.numpy(), before - 0.1 * grad, rtol=1e-6)
+    np.testing.assert_allclose(model.lm_head.weight.detach().numpy(), before - 0.1 * grad, rtol=1e-6)
 
 
 def test_load_state_dict_validates_everything_before_assigning():
@@ -78,7 +78,7 @@ def test_module_dict_apply_named_modules_to_and_zero_grad():
     assert seen == ["Linear", "LayerNorm", "ModuleDict"]
     assert [n for n, _ in blocks.named_modules()] == ["", "a", "b"]
     blocks.apply(lambda m: nn.init.zeros_(m.bias) if isinstance(m, nn.Linear) else None)
-    assert np.all(blocks["a"].bias.numpy() == 0)
+    assert np.all(blocks["a"].bias.detach().numpy() == 0)
     assert blocks.to("cpu") is blocks and blocks.to(np.float64)["a"].weight.dtype == np.float64
     with pytest.raises(RuntimeError, match="CPU only"):
         blocks.to("cuda")
@@ -95,22 +95,22 @@ def test_init_functions_draw_from_the_seeded_generator_with_pytorch_bounds():
     ta.manual_seed(1)
     nn.init.xavier_uniform_(w)
     bound = math.sqrt(6 / 500)
-    assert np.abs(w.numpy()).max() <= bound and np.abs(w.numpy()).max() > 0.95 * bound
-    first = w.numpy().copy()
+    assert np.abs(w.detach().numpy()).max() <= bound and np.abs(w.detach().numpy()).max() > 0.95 * bound
+    first = w.detach().numpy().copy()
     ta.manual_seed(1)
-    np.testing.assert_array_equal(nn.init.xavier_uniform_(w).numpy(), first)
+    np.testing.assert_array_equal(nn.init.xavier_uniform_(w).detach().numpy(), first)
     nn.init.xavier_normal_(w)
-    assert abs(w.numpy().std() - math.sqrt(2 / 500)) < 0.002
+    assert abs(w.detach().numpy().std() - math.sqrt(2 / 500)) < 0.002
     nn.init.kaiming_uniform_(w, a=math.sqrt(5))  # nn.Linear's default
-    assert np.abs(w.numpy()).max() <= 1 / math.sqrt(200) + 1e-7
+    assert np.abs(w.detach().numpy()).max() <= 1 / math.sqrt(200) + 1e-7
     nn.init.trunc_normal_(w, std=0.02, a=-0.04, b=0.04)
-    assert np.abs(w.numpy()).max() <= 0.04 and abs(w.numpy().std() - 0.0176) < 0.001
+    assert np.abs(w.detach().numpy()).max() <= 0.04 and abs(w.detach().numpy().std() - 0.0176) < 0.001
     nn.init.normal_(w, 1.0, 0.5)
-    assert abs(w.numpy().mean() - 1) < 0.01
+    assert abs(w.detach().numpy().mean() - 1) < 0.01
     nn.init.constant_(w, 3.0)
     nn.init.uniform_(w, -1, 1)
-    assert w.numpy().min() >= -1 and w.numpy().max() < 1
-    assert np.all(nn.init.ones_(nn.Parameter(np.zeros(3))).numpy() == 1)
+    assert w.detach().numpy().min() >= -1 and w.detach().numpy().max() < 1
+    assert np.all(nn.init.ones_(nn.Parameter(np.zeros(3))).detach().numpy() == 1)
     with pytest.raises(ValueError, match="at least 2 dims"):
         nn.init.xavier_uniform_(nn.Parameter(np.zeros(3)))
 
@@ -121,8 +121,8 @@ def test_param_groups_have_their_own_options_and_round_trip():
     assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0] and opt.param_groups[1]["lr"] == 0.5
     a.grad, b.grad = ta.tensor([0.1, -0.2]), ta.tensor([0.3])
     opt.step()
-    np.testing.assert_allclose(b.numpy(), [3.0 - 0.5], rtol=1e-6)  # Adam's first step moves by lr * sign(g)
-    np.testing.assert_allclose(a.numpy(), np.array([1.0, 2.0]) * (1 - 0.01 * 0.1) - 0.01 * np.array([1, -1]), rtol=1e-5)
+    np.testing.assert_allclose(b.detach().numpy(), [3.0 - 0.5], rtol=1e-6)  # Adam's first step moves by lr * sign(g)
+    np.testing.assert_allclose(a.detach().numpy(), np.array([1.0, 2.0]) * (1 - 0.01 * 0.1) - 0.01 * np.array([1, -1]), rtol=1e-5)
     opt.param_groups[0]["lr"] = 0.02
     saved = opt.state_dict()
     other = optim.AdamW([{"params": [ta.tensor([0.0, 0.0], requires_grad=True)], "weight_decay": 0.1},
@@ -237,7 +237,7 @@ def test_tied_model_trains_like_pytorch():
         tsched.step()
         assert math.isclose(float(loss), tloss.item(), rel_tol=1e-5)
         assert math.isclose(norm, float(tnorm), rel_tol=1e-5)
-    np.testing.assert_allclose(ours.lm_head.weight.numpy(), theirs.lm_head.weight.detach().numpy(), rtol=1e-4,
+    np.testing.assert_allclose(ours.lm_head.weight.detach().numpy(), theirs.lm_head.weight.detach().numpy(), rtol=1e-4,
                                atol=1e-6)
 
 
@@ -258,4 +258,4 @@ def test_sgd_momentum_groups_match_torch():
         opt.step()
         topt.step()
     for p, tp in zip(ours, theirs):
-        np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(p.detach().numpy(), tp.detach().numpy(), rtol=1e-12)

@@ -28,7 +28,7 @@ def test_data_is_a_detached_tensor_sharing_memory():
     d = x.data
     assert isinstance(d, ta.Tensor) and not d.requires_grad and d.is_leaf
     d[0] = 5.0  # writes through .data reach x, and are not tracked (PyTorch's meaning)
-    assert x.numpy()[0] == 5.0 and x._version == 0
+    assert x.detach().numpy()[0] == 5.0 and x._version == 0
     assert isinstance(x.data.clone(), ta.Tensor) and x.data.sum().dtype == np.float64
     x.data = ta.tensor([7.0, 8.0], dtype=ta.float64)
     assert x.tolist() == [7.0, 8.0] and x.requires_grad
@@ -144,7 +144,7 @@ def test_in_place_ops_equal_their_out_of_place_forms_with_gradients(in_place, ou
     version = y._version
     assert in_place(y) is y and y._version == version + 1
     z = out_of_place(b * 1.0)
-    np.testing.assert_allclose(y.numpy(), z.numpy())
+    np.testing.assert_allclose(y.detach().numpy(), z.detach().numpy())
     w = np.array([1.0, 2.0, 3.0])
     (y * T(w, False)).sum().backward()
     (z * T(w, False)).sum().backward()
@@ -244,13 +244,13 @@ def test_module_hooks_see_inputs_outputs_and_gradients():
     bwd = lin.register_full_backward_hook(lambda m, gi, go: calls.append(("backward", gi[0].numpy(), go[0].numpy())))
     x = T(np.arange(6.0).reshape(2, 3))
     y = lin(x)
-    np.testing.assert_allclose(y.numpy(), (2 * x.numpy()) @ lin.weight.numpy().T + lin.bias.numpy())
+    np.testing.assert_allclose(y.detach().numpy(), (2 * x.detach().numpy()) @ lin.weight.detach().numpy().T + lin.bias.detach().numpy())
     g = np.array([[1.0, -1.0], [0.5, 2.0]])
     y.backward(g)
     assert calls[0] == ("forward", (2, 2))
     np.testing.assert_allclose(calls[1][2], g)  # grad_output
-    np.testing.assert_allclose(calls[1][1], g @ lin.weight.numpy())  # grad_input: of the hooked input (2x)
-    np.testing.assert_allclose(x.grad.numpy(), 2 * g @ lin.weight.numpy())
+    np.testing.assert_allclose(calls[1][1], g @ lin.weight.detach().numpy())  # grad_input: of the hooked input (2x)
+    np.testing.assert_allclose(x.grad.detach().numpy(), 2 * g @ lin.weight.detach().numpy())
     for h in (pre, fwd, bwd):
         h.remove()
     lin(x)
@@ -309,14 +309,14 @@ def test_regression_losses_and_std_var(data, shape):
     x, y = data.draw(arrays(shape)), data.draw(arrays(shape))
     for red in ("mean", "sum", "none"):
         reduce = {"mean": np.mean, "sum": np.sum, "none": lambda a: a}[red]
-        np.testing.assert_allclose(F.mse_loss(T(x), T(y, False), red).numpy(), reduce((x - y) ** 2))
-        np.testing.assert_allclose(F.l1_loss(T(x), T(y, False), red).numpy(), reduce(np.abs(x - y)))
+        np.testing.assert_allclose(F.mse_loss(T(x), T(y, False), red).detach().numpy(), reduce((x - y) ** 2))
+        np.testing.assert_allclose(F.l1_loss(T(x), T(y, False), red).detach().numpy(), reduce(np.abs(x - y)))
         sig = 1 / (1 + np.exp(-x))
         t = (y > 0).astype(float)
         bce = -(t * np.log(sig) + (1 - t) * np.log(1 - sig))
-        np.testing.assert_allclose(F.binary_cross_entropy_with_logits(T(x), T(t, False), reduction=red).numpy(),
+        np.testing.assert_allclose(F.binary_cross_entropy_with_logits(T(x), T(t, False), reduction=red).detach().numpy(),
                                    reduce(bce), rtol=1e-10)
-        np.testing.assert_allclose(F.binary_cross_entropy(T(sig), T(t, False), reduction=red).numpy(), reduce(bce),
+        np.testing.assert_allclose(F.binary_cross_entropy(T(sig), T(t, False), reduction=red).detach().numpy(), reduce(bce),
                                    rtol=1e-8)
     assert ta.gradcheck(lambda a, b: F.mse_loss(a, b) + F.l1_loss(a, b + 0.01), [T(x), T(y)])
     assert ta.gradcheck(lambda a: F.binary_cross_entropy_with_logits(a, T((y > 0) * 1.0, False),
@@ -365,9 +365,9 @@ def test_kl_div_pad_one_hot():
     x = np.log(np.array([[0.2, 0.3, 0.5], [0.6, 0.4, 0.0 + 1e-9]]))
     t = np.array([[0.1, 0.0, 0.9], [0.5, 0.5, 0.0]])
     point = np.where(t > 0, t * (np.log(np.where(t > 0, t, 1)) - x), 0)
-    np.testing.assert_allclose(F.kl_div(T(x), T(t, False), reduction="sum").numpy(), point.sum())
-    np.testing.assert_allclose(F.kl_div(T(x), T(t, False), reduction="batchmean").numpy(), point.sum() / 2)
-    np.testing.assert_allclose(F.kl_div(T(x), T(np.log(t + 1e-3), False), log_target=True, reduction="none").numpy(),
+    np.testing.assert_allclose(F.kl_div(T(x), T(t, False), reduction="sum").detach().numpy(), point.sum())
+    np.testing.assert_allclose(F.kl_div(T(x), T(t, False), reduction="batchmean").detach().numpy(), point.sum() / 2)
+    np.testing.assert_allclose(F.kl_div(T(x), T(np.log(t + 1e-3), False), log_target=True, reduction="none").detach().numpy(),
                                (t + 1e-3) * (np.log(t + 1e-3) - x))
     assert ta.gradcheck(lambda a, b: F.kl_div(a, b.abs()), [T(x), T(t + 0.1)])
     a = np.arange(6.0).reshape(2, 3)

@@ -20,7 +20,7 @@ def test_round_trip_of_nested_dict_and_model(tmp_path):
     other = nn.MultiHeadAttention(8, 2)
     other.load_state_dict({k[len("model."):]: v for k, v in loaded.items() if k.startswith("model.")})
     for (name, p), q in zip(model.named_parameters(), other.parameters()):
-        np.testing.assert_array_equal(p.numpy(), q.numpy(), err_msg=name)
+        np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy(), err_msg=name)
     assert os.listdir(tmp_path) == ["ckpt.npz"]  # no temporary left behind
 
 
@@ -162,10 +162,10 @@ def test_weights_move_to_a_pytorch_twin_and_back_through_safetensors(tmp_path):
     ta.save(ours.state_dict(), tmp_path / "ours.safetensors")
     loaded = ta.load(tmp_path / "ours.safetensors")
     twin.load_state_dict({k: torch.tensor(v) for k, v in loaded.items()})
-    np.testing.assert_allclose(ours(ta.tensor(tokens)).numpy(), twin(torch.tensor(tokens)).detach().numpy(), atol=1e-6)
+    np.testing.assert_allclose(ours(ta.tensor(tokens)).detach().numpy(), twin(torch.tensor(tokens)).detach().numpy(), atol=1e-6)
     with torch.no_grad():
         for p in twin.parameters():
             p.mul_(0.5)
     ta.save({k: v.numpy() for k, v in twin.state_dict().items()}, tmp_path / "twin.safetensors")
     ours.load_state_dict(ta.load(tmp_path / "twin.safetensors"))
-    np.testing.assert_allclose(ours(ta.tensor(tokens)).numpy(), twin(torch.tensor(tokens)).detach().numpy(), atol=1e-6)
+    np.testing.assert_allclose(ours(ta.tensor(tokens)).detach().numpy(), twin(torch.tensor(tokens)).detach().numpy(), atol=1e-6)

@@ -59,9 +59,9 @@ def test_multi_head_attention_matches_torch(case, need_weights):
     qa, ka, va = (ta.Tensor(a, requires_grad=True) for a in (q, k, v))
     out, w = ours(qa, ka, va, mask=mask, need_weights=need_weights)
 
-    np.testing.assert_allclose(out.numpy(), t_out.detach().numpy(), atol=1e-8, rtol=0)
+    np.testing.assert_allclose(out.detach().numpy(), t_out.detach().numpy(), atol=1e-8, rtol=0)
     if need_weights:
-        np.testing.assert_allclose(w.numpy(), t_w.detach().numpy(), atol=1e-8, rtol=0)
+        np.testing.assert_allclose(w.detach().numpy(), t_w.detach().numpy(), atol=1e-8, rtol=0)
     direction = rng.normal(size=out.shape)
     (out * ta.Tensor(direction)).sum().backward()
     (t_out * torch.tensor(direction)).sum().backward()
@@ -87,7 +87,7 @@ def test_self_attention_packed_path_matches_torch(case):
     t_out, _ = theirs(torch_x, torch_x, torch_x, attn_mask=torch_mask, need_weights=False)
     ours_x = ta.Tensor(x, requires_grad=True)
     out, _ = ours(ours_x, is_causal=c["causal"], need_weights=False)
-    np.testing.assert_allclose(out.numpy(), t_out.detach().numpy(), atol=1e-8, rtol=0)
+    np.testing.assert_allclose(out.detach().numpy(), t_out.detach().numpy(), atol=1e-8, rtol=0)
     direction = rng.normal(size=out.shape)
     (out * ta.Tensor(direction)).sum().backward()
     (t_out * torch.tensor(direction)).sum().backward()
@@ -129,7 +129,7 @@ def test_functional_ops_match_torch():
     for ours, theirs in cases:
         xa, xt = ta.Tensor(x, requires_grad=True), t(x)
         ya, yt = ours(xa), theirs(xt)
-        np.testing.assert_allclose(ya.numpy(), yt.detach().numpy(), atol=1e-10)
+        np.testing.assert_allclose(ya.detach().numpy(), yt.detach().numpy(), atol=1e-10)
         g = rng.normal(size=ya.shape)
         ya.backward(g)
         yt.backward(torch.tensor(g))
@@ -170,4 +170,4 @@ def test_encoder_layer_matches_torch():
         x = rng.normal(size=(2, 5, 8))
         expected = theirs(t(x, False), src_mask=torch.nn.Transformer.generate_square_subsequent_mask(5),
                           is_causal=True)
-        np.testing.assert_allclose(ours(ta.Tensor(x), is_causal=True).numpy(), expected.detach().numpy(), atol=1e-10)
+        np.testing.assert_allclose(ours(ta.Tensor(x), is_causal=True).detach().numpy(), expected.detach().numpy(), atol=1e-10)

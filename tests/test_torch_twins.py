@@ -116,7 +116,7 @@ def test_causal_lm_loads_into_its_pytorch_twin_and_back(tmp_path):
     _train_a_little(ours, tokens, lambda m, t: ta.nn.functional.cross_entropy(
         m(t[:, :-1]).reshape(-1, 11), ta.tensor(t[:, 1:].reshape(-1))))
     twin = TorchCausalLM(11, 12)
-    _round_trip(ours, twin, lambda: ours(tokens).numpy(), lambda: twin(torch.tensor(tokens)), tmp_path)
+    _round_trip(ours, twin, lambda: ours(tokens).detach().numpy(), lambda: twin(torch.tensor(tokens)), tmp_path)
 
 
 def test_seq2seq_loads_into_its_pytorch_twin_and_back(tmp_path):
@@ -127,7 +127,7 @@ def test_seq2seq_loads_into_its_pytorch_twin_and_back(tmp_path):
     _train_a_little(ours, (src, tgt), lambda m, b: ta.nn.functional.cross_entropy(
         m(b[0], b[1][:, :-1], lengths).reshape(-1, 10), ta.tensor(b[1][:, 1:].reshape(-1))))
     twin = TorchSeq2Seq(9, 10, 12)
-    _round_trip(ours, twin, lambda: ours(src, tgt, lengths).numpy(),
+    _round_trip(ours, twin, lambda: ours(src, tgt, lengths).detach().numpy(),
                 lambda: twin(torch.tensor(src), torch.tensor(tgt), torch.tensor(lengths)), tmp_path)
 
 

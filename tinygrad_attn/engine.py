@@ -330,6 +330,7 @@ class Function:
 
     differentiable = False  # the backward also runs on tensors (recording a graph)
     math: Callable | None = None  # the op composed of primitive ops, for fused kernels' higher order
+    view = False  # its output is a view of its input (reshape, permute, slicing): writes through it are recorded
 
     @staticmethod
     def forward(ctx: Context, *arrays: np.ndarray, **kwargs: Any) -> np.ndarray:
@@ -345,8 +346,12 @@ class Function:
         for x in inputs:
             if not isinstance(x, Node):
                 others = True
-            elif kind is None:
+                continue
+            if kind is None:
                 kind = type(x)
+            seen = x._view_of
+            if seen is not None and seen[3]._ctx is not seen[4] and _grad_mode.get():
+                refresh_view(x)  # its base was changed in place since: read it through the base's new node
         if kind is None:
             raise TypeError(f"{cls.__name__}.apply: give at least one Tensor input, got "
                             f"{', '.join(type(x).__name__ for x in inputs) or 'none'}")
@@ -365,6 +370,9 @@ class Function:
             for t in tensors:
                 if np.may_share_memory(out, t._data):
                     result._version_counter, result._base = t._version_counter, t if t._base is None else t._base
+                    if cls.view:  # how to make it again from its root: an in-place write through it rebases the root
+                        root = t if t._view_of is None else t._view_of[3]
+                        result._view_of = (t, cls, kwargs, root, root._ctx)
                     break
         if requires_grad:
             ctx.output = weakref.ref(result)
@@ -377,12 +385,37 @@ class Function:
         return result
 
 
+def view_chain(view: Node) -> tuple[Node, list[tuple[type, dict]]]:
+    """The tensor a view was made from through view ops (its root), and those ops in order."""
+    chain = []
+    while view._view_of is not None:
+        parent, cls, kwargs = view._view_of[:3]
+        chain.append((cls, kwargs))
+        view = parent
+    return view, chain[::-1]
+
+
+def refresh_view(view: Node) -> None:
+    """Make a view's node again from its root's current node (PyTorch regenerates a view's grad_fn after its
+    base was changed in place), so gradients through the view reach the base's newest version."""
+    root, chain = view_chain(view)
+    fresh = root
+    with enable_grad():
+        for cls, kwargs in chain:
+            fresh = cls.apply(fresh, **kwargs)
+    view._ctx, view.requires_grad = fresh._ctx, fresh.requires_grad
+    if fresh._ctx is not None:
+        fresh._ctx.output = weakref.ref(view)
+    view._view_of = view._view_of[:4] + (root._ctx,)
+
+
 class _Alias(Function):
     """The identity, as a node of its own: a fused op's higher-order backward differentiates its math with
     respect to these stand-ins, so an input given twice (attention of x with itself) is counted once per
     place."""
 
     differentiable = True
+    view = True
 
     @staticmethod
     def forward(ctx, a):

@@ -474,6 +474,8 @@ class CumSum(Rule):
 
 
 class Reshape(Rule):
+    view = True
+
     @staticmethod
     def forward(ctx, a, shape):
         ctx.input_shape = a.shape
@@ -485,6 +487,8 @@ class Reshape(Rule):
 
 
 class Permute(Rule):
+    view = True
+
     @staticmethod
     def forward(ctx, a, dims):
         ctx.dims = dims
@@ -498,6 +502,8 @@ class Permute(Rule):
 
 class Expand(Rule):
     """a broadcast to a larger shape (a read-only view); the engine sums the gradient back to a's shape."""
+
+    view = True
 
     @staticmethod
     def forward(ctx, a, shape):
@@ -526,6 +532,8 @@ class GetItem(Rule):
     Backward scatters the gradient into zeros of a's shape, adding where an index array picks the same
     element more than once (IndexAdd: GetItem's adjoint, as GetItem is IndexAdd's).
     """
+
+    view = True
 
     @staticmethod
     def forward(ctx, a, index):
@@ -570,6 +578,25 @@ class IndexPut(Rule):
         if grad_value.shape != ctx.value_shape and grad_value.size == math.prod(ctx.value_shape):
             grad_value = grad_value.reshape(ctx.value_shape)
         return grad_a, grad_value
+
+
+class CopySlices(Rule):
+    """base with the entries of one of its views replaced by `values`: an in-place write through a view, as
+    PyTorch records it. `positions` holds the view's entries' flat indices in base, so the gradient of the
+    written entries goes to `values` and base's old value gets the rest."""
+
+    @staticmethod
+    def forward(ctx, base, values, positions):
+        out = base.copy()
+        out.reshape(-1)[positions.reshape(-1)] = np.broadcast_to(values, positions.shape).reshape(-1)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        positions, m = ctx.kwargs["positions"], on(grad)
+        flat = grad.reshape(-1)
+        grad_base = m.index_put(flat, positions.reshape(-1), m.zeros((), grad)).reshape(grad.shape)
+        return grad_base, flat[positions]
 
 
 class TakeAlongDim(Rule):

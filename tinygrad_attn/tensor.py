@@ -34,6 +34,8 @@ from .engine import (
     Function,
     Node,
     RemovableHandle,
+    refresh_view,
+    view_chain,
     _float_default,
     _short,
     check_device,
@@ -53,6 +55,7 @@ from .ops import (
     Clamp,
     Clone,
     CopyInto,
+    CopySlices,
     Cos,
     CumSum,
     Div,
@@ -160,13 +163,14 @@ class Tensor(Node):
     def _init(self, arr: np.ndarray, ctx: Context | None) -> None:
         self._data, self.grad, self.requires_grad, self._ctx = arr, None, ctx is not None, ctx
         self._version_counter, self._base, self._hooks, self._retains_grad = [0], None, {}, False
+        self._view_of = None  # (parent, view op, its arguments, root, root's node then) for a view made by an op
 
     @classmethod
     def _result(cls, data: np.ndarray, ctx: Context | None) -> Tensor:
         """An op's output: the array is the op's own, so __init__'s checks are skipped."""
         t = object.__new__(Tensor)  # _init's fields, set here without a call: this runs once per op
         t._data, t.grad, t.requires_grad, t._ctx = data, None, ctx is not None, ctx
-        t._version_counter, t._base, t._hooks, t._retains_grad = [0], None, {}, False
+        t._version_counter, t._base, t._hooks, t._retains_grad, t._view_of = [0], None, {}, False, None
         return t
 
     @classmethod
@@ -247,8 +251,15 @@ class Tensor(Node):
             raise TypeError(f"only integer tensors of one element can be used as an index, not {self.dtype}")
         return int(self._scalar("index"))
 
-    def numpy(self) -> np.ndarray:
-        """The numpy array itself (shared memory). Unlike PyTorch, allowed on a tensor that requires grad."""
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """The numpy array itself (shared memory). As in PyTorch, refused on a tensor that requires grad (a write
+        into the array would change values the graph relies on, unseen): use detach().numpy(), or force=True
+        for a copy."""
+        if self.requires_grad:
+            if force:
+                return self._data.copy()
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() "
+                               "instead.")
         return self._data
 
     def item(self) -> Any:
@@ -606,37 +617,58 @@ class Tensor(Node):
 
         Out of any recorded graph the result is written straight back. When the graph is recorded, the op
         runs on a copy of the old value (so its backward keeps what it needs), its result is written into
-        this tensor's memory, and this tensor becomes that result in the graph. Every write counts one on
-        the version counter, which backward checks against what each op saved."""
+        this tensor's memory, and this tensor becomes that result in the graph; ops that used the old value
+        keep their edge to the old node. Written through a view (x[1:3].add_(y), x.T.copy_(y)), the view's
+        root is rebased as PyTorch's CopySlices does: root = root_old with the view's entries replaced, so
+        the gradient of those entries goes to the written value and the rest to root_old. Every write
+        counts one on the version counter, which backward checks against what each op saved."""
         if not self._data.flags.writeable:
             raise RuntimeError(f"{op}: this tensor's data (shape {self.shape}) is a read-only view (from expand); "
                                "clone() it first")
         recording = is_grad_enabled() and (self.requires_grad or any(
             isinstance(o, Tensor) and o.requires_grad for o in operands))
-        if recording and self.requires_grad and self._ctx is None:
-            raise RuntimeError(f"{op}: a leaf tensor that requires grad is being used in an in-place operation; "
-                               "change it under ta.no_grad() (as optimizers do), or change a clone()")
-        if recording and self._base is not None and self._base.requires_grad:
-            raise RuntimeError(f"{op}: in-place change of a view of a tensor that requires grad is not supported "
-                               "here (PyTorch rewrites the base's graph); change a clone() or build the result "
-                               "out of place")
         if not recording:
             with no_grad():
                 result = compute(self)
-        else:
-            old = Tensor._result(self._data.copy(), self._ctx)
-            old.requires_grad = self.requires_grad
-            result = compute(old)
+            self._write(op, result)
+            self.bump_version()
+            return self
+        seen = self._view_of
+        if seen is not None and seen[3]._ctx is not seen[4]:
+            refresh_view(self)
+        root, chain = view_chain(self)
+        if root.requires_grad and root._ctx is None:
+            what = "a leaf tensor" if root is self else "a view of a leaf tensor"
+            raise RuntimeError(f"{op}: {what} that requires grad is being used in an in-place operation; change "
+                               "it under ta.no_grad() (as optimizers do), or change a clone()")
+        old = Tensor._result(self._data.copy(), self._ctx)
+        old.requires_grad = self.requires_grad
+        result = compute(old)
+        self._write(op, result)
+        if root is not self:  # a view: the root's entries under it are replaced, the root rebased on them
+            positions = np.arange(root._data.size).reshape(root.shape)
+            for cls, kwargs in chain:  # where the view's entries lie in the root
+                positions = cls.forward(Context(cls, (), {}), positions, **kwargs)
+            root_old = Tensor._result(root._data, root._ctx)
+            root_old.requires_grad = root.requires_grad
+            values = result if result.dtype == root.dtype else result.astype(root.dtype)
+            result = CopySlices.apply(root_old, values, positions=positions)
+        target = root
+        target.bump_version()
+        if result.requires_grad:
+            target._ctx, target.requires_grad = result._ctx, True
+            target._ctx.output = weakref.ref(target)  # this tensor is now that op's output
+        if root is not self:
+            refresh_view(self)
+        return self
+
+    def _write(self, op: str, result: Tensor) -> None:
+        """result's values into this tensor's memory, or one clear error if they do not fit."""
         if result.shape != self.shape and np.broadcast_shapes(result.shape, self.shape) != self.shape:
             raise RuntimeError(f"{op}: the result of shape {result.shape} does not fit this tensor's {self.shape}")
         if result.dtype.kind == "f" and self.dtype.kind in "iub":
             raise RuntimeError(f"{op}: result type {result.dtype} can't be cast to this tensor's {self.dtype}")
         np.copyto(self._data, result._data, casting="unsafe")
-        self.bump_version()
-        if recording and result.requires_grad:
-            self._ctx, self.requires_grad = result._ctx, True
-            self._ctx.output = weakref.ref(self)  # this tensor is now that op's output
-        return self
 
     def add_(self, other: Any, alpha: float = 1) -> Tensor:
         return self._in_place("add_", lambda t: t + (other if alpha == 1 else other * alpha), other)
@@ -681,6 +713,7 @@ class Tensor(Node):
     def scatter(self, dim: int, index: Any, src: Any = None, value: Any = None) -> Tensor:
         """Out-of-place scatter: entries at `index` along `dim` take src's (or `value`)."""
         axis = normalize_dim(dim, self.ndim, "scatter")
+        given = index  # an index tensor is passed on as itself, so a change of it before backward is caught
         index = index._data if isinstance(index, Tensor) else np.asarray(index)
         if index.dtype.kind not in "iu" or index.ndim != self.ndim:
             raise TypeError(f"scatter: index must be an int tensor with {self.ndim} dims, got {index.dtype} of "
@@ -694,7 +727,7 @@ class Tensor(Node):
         src = self._operand(src).astype(self.dtype)
         if any(i > n for i, n in zip(index.shape, src.shape)):
             raise ValueError(f"scatter: index of shape {index.shape} is larger than src's {src.shape}")
-        return Scatter.apply(self, src, index=index, axis=axis)
+        return Scatter.apply(self, src, index=given if isinstance(given, Tensor) else index, axis=axis)
 
     def scatter_(self, dim: int, index: Any, src: Any = None, value: Any = None) -> Tensor:
         return self._in_place("scatter_", lambda t: t.scatter(dim, index, src, value), src)
@@ -963,10 +996,11 @@ class Tensor(Node):
         return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
 
     def __getitem__(self, index: Any) -> Tensor:
-        return GetItem.apply(self, index=normalize_index(index, self.shape))
+        return GetItem.apply(self, index=normalize_index(index, self.shape, keep_tensors=True))  # index tensors guarded
 
     def masked_fill(self, mask: Any, value: float) -> Tensor:
         """Entries where the bool `mask` is True become `value` (and get no gradient)."""
+        original = mask
         mask = mask._data if isinstance(mask, Tensor) else np.asarray(mask)
         if mask.dtype != np.bool_:
             raise TypeError(f"masked_fill: mask must be bool, got dtype {mask.dtype}")
@@ -974,7 +1008,8 @@ class Tensor(Node):
             raise TypeError(f"masked_fill: value must be a number, got {value!r:.40}")
         if check_broadcast("masked_fill", mask.shape, self.shape) != self.shape:
             raise ValueError(f"masked_fill: mask of shape {mask.shape} does not broadcast to the tensor's {self.shape}")
-        return Where.apply(Tensor(mask), Tensor(np.asarray(value, dtype=self.dtype)), self)
+        cond = original if isinstance(original, Tensor) else Tensor(mask)  # a mask tensor changed later is caught
+        return Where.apply(cond, Tensor(np.asarray(value, dtype=self.dtype)), self)
 
     # --- softmax along a dim (the fused rules in ops.py) ----------------------------------------------
     def softmax(self, dim: int = -1) -> Tensor:

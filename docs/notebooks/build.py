@@ -174,7 +174,7 @@ want, _ = reference(embedding)
 for name, module in (("«tutorial's split|séparation du tutoriel»", theirs), ("«right split|bonne séparation»", fixed)):
     out, attention_weights = module(embedding, embedding, embedding)
     print(f"{name:>28}: «largest difference from MultiHeadAttention|plus grand écart à MultiHeadAttention»",
-          f"{np.abs(out.numpy() - want.numpy()).max():.2e}")
+          f"{np.abs(out.detach().numpy() - want.detach().numpy()).max():.2e}")
 """,
     {"en": """
 The shapes the tutorial printed, from the fixed module:""",
@@ -198,8 +198,8 @@ composantes de chaque jeton ressortent de moyenne 0 et d'écart type 1."""},
     """
 norm = ta.nn.LayerNorm(d_model).to(ta.float64)
 out = norm(embedding + output)                     # (1, 5, 64)
-print(out.shape, "«mean|moyenne»", out.numpy().mean(-1).round(6).ravel(),
-      "«std|écart type»", out.numpy().std(-1).round(4).ravel())
+print(out.shape, "«mean|moyenne»", out.detach().numpy().mean(-1).round(6).ravel(),
+      "«std|écart type»", out.detach().numpy().std(-1).round(4).ravel())
 """,
     {"en": """
 ## Masked multi-head attention
@@ -237,7 +237,7 @@ try:
 except ValueError as err:
     print("«error|erreur»:", str(err)[:90])
 _, anti = fixed(embedding, embedding, embedding, mask=mask[None])
-print(anti.numpy()[0, 0].round(2))
+print(anti.detach().numpy()[0, 0].round(2))
 """,
     {"en": """
 The fix: a bool mask that is True where a position may look (this library's convention), or simply
@@ -248,13 +248,13 @@ bibliothèque), ou simplement `is_causal=True`. Chaque ligne voit maintenant son
 voit que lui-même :"""},
     """
 out, causal = reference(embedding, is_causal=True)
-print(causal.numpy()[0, 0].round(2))
+print(causal.detach().numpy()[0, 0].round(2))
 keep = mask == 0                                   # «True where a position may look|True là où une position peut regarder»
 out2, causal2 = reference(embedding, mask=keep)
-assert np.allclose(causal.numpy(), causal2.numpy()) and np.allclose(causal.numpy().sum(-1), 1)
+assert np.allclose(causal.detach().numpy(), causal2.detach().numpy()) and np.allclose(causal.detach().numpy().sum(-1), 1)
 fig, axes = plt.subplots(1, num_heads, figsize=(10, 2.6))
 for h, ax in enumerate(axes):
-    ax.imshow(causal.numpy()[0, h], vmin=0, vmax=1, cmap="viridis")
+    ax.imshow(causal.detach().numpy()[0, h], vmin=0, vmax=1, cmap="viridis")
     ax.set_title(f"«head|tête» {h}")
     ax.set_xlabel("«key|clé»")
 axes[0].set_ylabel("«query|requête»")
@@ -297,7 +297,7 @@ for t in (s, p, o):
     t.retain_grad()
 g = np.random.default_rng(0).normal(size=o.shape)  # «dO, as a loss would send it|dO, tel qu'une perte l'enverrait»
 (o * ta.tensor(g)).sum().backward()
-P, V, Q, K, O = p.numpy(), vh.numpy(), qh.numpy(), kh.numpy(), o.numpy()
+P, V, Q, K, O = p.detach().numpy(), vh.detach().numpy(), qh.detach().numpy(), kh.detach().numpy(), o.detach().numpy()
 dP = g @ V.swapaxes(-1, -2)
 dS = P * (dP - (g * O).sum(-1, keepdims=True))
 checks = {"dV": (vh.grad.numpy(), P.swapaxes(-1, -2) @ g), "dP": (p.grad.numpy(), dP), "dS": (s.grad.numpy(), dS),
@@ -422,8 +422,8 @@ mha.load_state_dict({"q_proj.weight": W_q.T, "k_proj.weight": W_k.T, "v_proj.wei
 out, weights = mha(ta.tensor(x))
 print("«parameters|paramètres»:", mha.num_parameters(), " output shape:", out.shape,
       " «dimension kept|dimension préservée»:", out.shape == x.shape)
-print("«largest difference from NumPy|plus grand écart à NumPy»:", f"{np.abs(out.numpy() - output).max():.1e}",
-      f"{np.abs(weights.numpy() - attention_weights).max():.1e}")
+print("«largest difference from NumPy|plus grand écart à NumPy»:", f"{np.abs(out.detach().numpy() - output).max():.1e}",
+      f"{np.abs(weights.detach().numpy() - attention_weights).max():.1e}")
 """,
     {"en": """
 ## 4. The heads' maps, and what they do not show
@@ -444,7 +444,7 @@ celles-ci que les têtes le sont entre elles. La spécialisation vient de l'entr
 tokens = ["«Token|Jeton» 0", "«Token|Jeton» 1", "«Token|Jeton» 2"]
 fig, axes = plt.subplots(1, num_heads, figsize=(8, 3.2))
 for i, ax in enumerate(axes):
-    w = weights.numpy()[0, i]
+    w = weights.detach().numpy()[0, i]
     ax.imshow(w, vmin=0, vmax=1, cmap="YlOrRd")
     for r in range(seq_len):
         for c in range(seq_len):
@@ -461,7 +461,7 @@ x16 = ta.tensor(np.random.default_rng(5).normal(size=(1, 6, 16)))
 maps = []
 for seed in (0, 1):
     ta.manual_seed(seed)
-    maps.append(ta.nn.MultiHeadAttention(16, 4).to(ta.float64)(x16)[1].numpy()[0])
+    maps.append(ta.nn.MultiHeadAttention(16, 4).to(ta.float64)(x16)[1].detach().numpy()[0])
 print("«mean difference between two heads|écart moyen entre deux têtes»:", np.abs(maps[0][0] - maps[0][1]).mean().round(3))
 print("«mean difference between two seeds|écart moyen entre deux graines»:", np.abs(maps[0][0] - maps[1][0]).mean().round(3))
 """,
@@ -624,7 +624,7 @@ encoder_input = ta.tensor([[source_vocab[w] for w in source_sentence]])
 decoder_input = ta.tensor([[target_vocab[w] for w in target_sentence]])
 encoder_embedded = source_embedding_layer(encoder_input)
 decoder_embedded = target_embedding_layer(decoder_input)
-print(encoder_embedded.shape, encoder_embedded.numpy()[0, 0, :4].round(4))
+print(encoder_embedded.shape, encoder_embedded.detach().numpy()[0, 0, :4].round(4))
 """,
     {"en": """
 Queries from the decoder's side (the target sentence), keys and values from the encoder's (the source):
@@ -702,11 +702,11 @@ mha = ta.nn.MultiHeadAttention(256, 8)
 for ours, theirs in (("q_proj", query_layer), ("k_proj", key_layer), ("v_proj", value_layer), ("out_proj", output_layer)):
     getattr(mha, ours).load_state_dict(theirs.state_dict())
 out, maps = mha(decoder_embedded, encoder_embedded)
-print("«largest difference|plus grand écart»:", f"{np.abs(out.numpy() - multihead_attention_output.numpy()).max():.1e}",
+print("«largest difference|plus grand écart»:", f"{np.abs(out.detach().numpy() - multihead_attention_output.detach().numpy()).max():.1e}",
       " maps", maps.shape)
 fig, axes = plt.subplots(1, 4, figsize=(11, 2.8))
 for h, ax in enumerate(axes):
-    ax.imshow(maps.numpy()[0, h], vmin=0, vmax=1, cmap="viridis")
+    ax.imshow(maps.detach().numpy()[0, h], vmin=0, vmax=1, cmap="viridis")
     ax.set_xticks(range(3), source_sentence)
     ax.set_yticks(range(3), target_sentence)
     ax.set_title(f"«head|tête» {h}")
@@ -864,7 +864,7 @@ dans le graphe :"""},
     """
 runs = MultiHeadAttention(4, 16, dropout=0.0, as_printed=False).to(ta.float64)
 runs(x, x, x).sum().backward()
-scores = (runs.linear_key(x).view(2, -1, 4, 4).transpose(1, 2) @ runs.linear_key(x).view(2, -1, 4, 4).transpose(1, 2).transpose(-2, -1)).numpy()
+scores = (runs.linear_key(x).view(2, -1, 4, 4).transpose(1, 2) @ runs.linear_key(x).view(2, -1, 4, 4).transpose(1, 2).transpose(-2, -1)).detach().numpy()
 print("«scores symmetric|scores symétriques»:", np.allclose(scores, scores.swapaxes(-1, -2)),
       " «gradient of linear_query|gradient de linear_query»:", runs.linear_query.weight.grad)
 """,
@@ -880,7 +880,7 @@ fixed.load_state_dict(runs.state_dict())
 reference = ta.nn.MultiHeadAttention(16, 4).to(ta.float64)
 for ours, theirs in (("q_proj", "linear_query"), ("k_proj", "linear_key"), ("v_proj", "linear_value"), ("out_proj", "output")):
     getattr(reference, ours).load_state_dict(getattr(fixed, theirs).state_dict())
-print("«largest difference|plus grand écart»:", f"{np.abs(fixed(x, x, x).numpy() - reference(x)[0].numpy()).max():.1e}")
+print("«largest difference|plus grand écart»:", f"{np.abs(fixed(x, x, x).detach().numpy() - reference(x)[0].detach().numpy()).max():.1e}")
 """,
     {"en": """
 ## Self-attention
@@ -1137,9 +1137,9 @@ for t in (s, p, o):
 seen = []
 p.register_hook(lambda g: seen.append(g.numpy().copy()))   # «a hook sees dP as it flows|un crochet voit passer dP»
 o.sum().backward()                # L = «sum of O, so dO is all ones|somme de O, donc dO ne contient que des 1»
-print("S =", s.numpy().round(4).tolist())
-print("P =", p.numpy().round(4).tolist())
-print("O =", o.numpy().round(4).tolist())
+print("S =", s.detach().numpy().round(4).tolist())
+print("P =", p.detach().numpy().round(4).tolist())
+print("O =", o.detach().numpy().round(4).tolist())
 """,
     {"en": """
 **Forward.** Row 0 compares q_0 = (1, 0) with k_0 = (1, 0) and k_1 = (1, 1): both scores are
@@ -1166,7 +1166,7 @@ print("dP =", p.grad.numpy().tolist(), " («the hook saw|le crochet a vu»", see
 print("dS =", s.grad.numpy().round(4).tolist())
 print("dQ =", q.grad.numpy().round(4).tolist())
 print("dK =", k.grad.numpy().round(4).tolist())
-P, dP, O = p.numpy(), p.grad.numpy(), o.numpy()
+P, dP, O = p.detach().numpy(), p.grad.numpy(), o.detach().numpy()
 assert np.allclose(s.grad.numpy(), P * (dP - O.sum(-1, keepdims=True)))   # «dS = P (dP - rowsum(dO * O)), dO = 1|dS = P (dP - somme_ligne(dO * O)), dO = 1»
 """,
     {"en": """
@@ -1178,7 +1178,7 @@ une ligne par nœud, nommée d'après la couche qui l'a produit :"""},
     """
 F = ta.nn.functional
 for kernel in ("math", "flash"):
-    qq, kk, vv = (ta.tensor(t.numpy(), requires_grad=True) for t in (q, k, v))
+    qq, kk, vv = (ta.tensor(t.detach().numpy(), requires_grad=True) for t in (q, k, v))
     with ta.sdpa_kernel(kernel):
         F.scaled_dot_product_attention(qq, kk, vv).sum().backward()
     print(kernel, "«same dQ, dK, dV|mêmes dQ, dK, dV»:", np.allclose(qq.grad.numpy(), q.grad.numpy())

@@ -31,6 +31,7 @@ def _checked(tensor: Tensor, op: str) -> Tensor:
 
 def _fill(tensor: Tensor, values: np.ndarray, op: str) -> Tensor:
     _target(_checked(tensor, op), op)[...] = values
+    tensor.bump_version()
     return tensor
 
 

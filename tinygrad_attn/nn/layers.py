@@ -96,10 +96,12 @@ class Embedding(Module):
         self.weight = Parameter(weight)
 
     def forward(self, indices: Any) -> Tensor:
+        original = indices
         indices = check_indices(indices, self.num_embeddings, "Embedding")
         check_fits("Embedding", "the looked-up vectors", indices.shape + (self.embedding_dim,),
                    self.weight.dtype.itemsize, 1, "use a smaller batch or sequence")
-        return EmbeddingLookup.apply(self.weight, indices=indices, padding_idx=self.padding_idx)
+        given = original if isinstance(original, Tensor) and original.dtype.kind in "iu" else indices  # guarded
+        return EmbeddingLookup.apply(self.weight, indices=given, padding_idx=self.padding_idx)
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}"

@@ -275,6 +275,7 @@ class Module:
             values[name] = value
         for name, value in values.items():
             np.copyto(targets[name]._data, value, casting="unsafe")
+            targets[name].bump_version()
 
     # --- modes and conversions ----------------------------------------------------------
     def train(self, mode: bool = True) -> Module:

@@ -115,6 +115,7 @@ class Optimizer:
                 if p.grad is not None:
                     state["step"] += 1
                     self.update(state, p._data, p.grad._data, group)
+                    p.bump_version()  # changed in place: a graph that saved the old value refuses to backward
                 i += 1
 
     def update(self, state: dict[str, Any], param: np.ndarray, grad: np.ndarray, group: dict[str, Any]) -> None:
