@@ -153,7 +153,8 @@ def test_empty_shapes_on_the_weights_path_and_in_multi_head_attention(sdpa_path)
         out, weights = mha(q, kv, kv, need_weights=sdpa_path == "math")
         assert out.shape == (2, tq, 8)
         if tk == 0:  # attention over no keys gives zeros, so the output is out_proj's bias
-            np.testing.assert_array_equal(out.detach().numpy(), np.broadcast_to(mha.out_proj.bias.detach().numpy(), out.shape))
+            np.testing.assert_array_equal(out.detach().numpy(),
+                                          np.broadcast_to(mha.out_proj.bias.detach().numpy(), out.shape))
         if weights is not None:
             assert weights.shape == (2, 2, tq, tk)
     q = ta.Tensor(np.zeros((1, 2, 3, 0)))

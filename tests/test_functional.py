@@ -115,7 +115,8 @@ def test_cross_entropy(reduction, data, lead, classes):
     expected = {"none": per, "sum": per.sum(), "mean": per.sum() / counted if counted else np.nan}[reduction]
     scores = np.moveaxis(logits, -1, 1)  # PyTorch's layout: (N, C) or (N, C, d1)
     out = F.cross_entropy(T(scores), target, reduction=reduction)
-    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-10, atol=1e-12)  # NaN when every target is ignored
+    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-10,
+                               atol=1e-12)  # NaN when every target is ignored
     if counted or reduction != "mean":
         assert ta.gradcheck(lambda x: F.cross_entropy(x, target, reduction=reduction), [T(scores)])
 
@@ -169,7 +170,8 @@ def test_attention_weights_rows_sum_to_one_and_causal_never_looks_ahead():
     out, w = F.scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=True)
     np.testing.assert_allclose(w.detach().numpy().sum(-1), 1.0)
     assert np.all(np.triu(w.detach().numpy(), 1) == 0)
-    np.testing.assert_allclose(out.detach().numpy(), F.scaled_dot_product_attention(q, k, v, is_causal=True).detach().numpy())
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True).detach().numpy()
+    np.testing.assert_allclose(out.detach().numpy(), expected)
 
 
 def test_fully_masked_attention_row_gives_zeros_and_zero_gradient_on_both_paths(sdpa_path):

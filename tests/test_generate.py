@@ -25,8 +25,8 @@ def test_cached_logits_equal_full_forward_logits(sdpa_path):
     tokens = np.random.default_rng(0).integers(0, 11, (2, 9))
     full = model(tokens).detach().numpy()
     cache = nn.KVCache()
-    pieces = [model(tokens[:, :4], kv_cache=cache).detach().numpy()] + [model(tokens[:, i:i + 1], kv_cache=cache).detach().numpy()
-                                                             for i in range(4, 9)]
+    pieces = [model(tokens[:, :4], kv_cache=cache).detach().numpy()]
+    pieces += [model(tokens[:, i:i + 1], kv_cache=cache).detach().numpy() for i in range(4, 9)]
     np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, rtol=1e-10, atol=1e-12)
     assert cache.length == 9
 
@@ -101,7 +101,8 @@ def test_a_refused_call_leaves_the_cache_as_it_was():
         model(np.zeros((2, 10), np.int64), kv_cache=cache)
     assert cache.length == 3
     rest = [model(tokens[:, i:i + 1], kv_cache=cache).detach().numpy() for i in range(3, 6)]
-    np.testing.assert_allclose(np.concatenate(rest, axis=1), model(tokens).detach().numpy()[:, 3:], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(np.concatenate(rest, axis=1), model(tokens).detach().numpy()[:, 3:], rtol=1e-10,
+                               atol=1e-12)
 
 
 def test_a_cache_belongs_to_one_model():
@@ -111,7 +112,8 @@ def test_a_cache_belongs_to_one_model():
     with pytest.raises(ValueError, match="holds the keys of another CausalLM"):
         second(np.array([[4]]), kv_cache=cache)
     cache.reset()
-    np.testing.assert_allclose(second(np.array([[4]]), kv_cache=cache).detach().numpy(), second(np.array([[4]])).detach().numpy())
+    np.testing.assert_allclose(second(np.array([[4]]), kv_cache=cache).detach().numpy(),
+                               second(np.array([[4]])).detach().numpy())
 
 
 def test_a_new_module_never_reads_a_dead_modules_keys():
@@ -130,7 +132,8 @@ def test_cross_attention_cache_refuses_another_memory():
     cache = nn.KVCache()
     mha(query, memory, kv_cache=cache)
     same = ta.tensor(memory.numpy().copy())  # equal values in a new tensor: the same memory
-    np.testing.assert_allclose(mha(query, same, kv_cache=cache)[0].detach().numpy(), mha(query, memory)[0].detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(mha(query, same, kv_cache=cache)[0].detach().numpy(),
+                               mha(query, memory)[0].detach().numpy(), rtol=1e-6)
     with pytest.raises(ValueError, match="computed from another memory"):
         mha(query, memory * 2, kv_cache=cache)
 

@@ -68,7 +68,8 @@ def test_linear_init_matches_pytorch_bounds():
     layer = nn.Linear(400, 300)
     bound = 1 / np.sqrt(400)
     assert layer.weight.shape == (300, 400) and layer.weight.dtype == np.float32
-    assert np.abs(layer.weight.detach().numpy()).max() <= bound and np.abs(layer.weight.detach().numpy()).max() > 0.99 * bound
+    largest = np.abs(layer.weight.detach().numpy()).max()
+    assert 0.99 * bound < largest <= bound
     assert abs(layer.weight.detach().numpy().std() - bound / np.sqrt(3)) < 0.01 * bound
 
 
@@ -249,7 +250,8 @@ def test_post_norm_is_layer_norm_of_residual():
     attended = layer.self_attn(x)[0]
     expected = layer.norm1(x + attended)
     expected = layer.norm2(expected + layer.ff(expected))
-    np.testing.assert_allclose(layer(x).detach().numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-6)  # float32 rounding
+    np.testing.assert_allclose(layer(x).detach().numpy(), expected.detach().numpy(), rtol=1e-5,
+                               atol=1e-6)  # float32 rounding
 
 
 def test_models_gradcheck_and_expose_attention():
@@ -258,7 +260,8 @@ def test_models_gradcheck_and_expose_attention():
     tokens = rng.integers(0, 5, (2, 4))
     assert ta.gradcheck(lambda *ps: lm(tokens), lm.parameters(), max_elements=16)
     logits, attn = lm(tokens, return_attention=True)
-    assert logits.shape == (2, 4, 5) and attn[0].shape == (2, 2, 4, 4) and np.all(np.triu(attn[0].detach().numpy(), 1) == 0)
+    assert logits.shape == (2, 4, 5) and attn[0].shape == (2, 2, 4, 4)
+    assert np.all(np.triu(attn[0].detach().numpy(), 1) == 0)
 
     s2s = double(nn.Seq2SeqTransformer(6, 5, max_len=6, d_model=4, nhead=2, num_encoder_layers=1,
                                        num_decoder_layers=1, dim_feedforward=6))

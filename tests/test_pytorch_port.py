@@ -122,7 +122,8 @@ def test_param_groups_have_their_own_options_and_round_trip():
     a.grad, b.grad = ta.tensor([0.1, -0.2]), ta.tensor([0.3])
     opt.step()
     np.testing.assert_allclose(b.detach().numpy(), [3.0 - 0.5], rtol=1e-6)  # Adam's first step moves by lr * sign(g)
-    np.testing.assert_allclose(a.detach().numpy(), np.array([1.0, 2.0]) * (1 - 0.01 * 0.1) - 0.01 * np.array([1, -1]), rtol=1e-5)
+    np.testing.assert_allclose(a.detach().numpy(), np.array([1.0, 2.0]) * (1 - 0.01 * 0.1) - 0.01 * np.array([1, -1]),
+                               rtol=1e-5)
     opt.param_groups[0]["lr"] = 0.02
     saved = opt.state_dict()
     other = optim.AdamW([{"params": [ta.tensor([0.0, 0.0], requires_grad=True)], "weight_decay": 0.1},

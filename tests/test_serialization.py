@@ -162,10 +162,12 @@ def test_weights_move_to_a_pytorch_twin_and_back_through_safetensors(tmp_path):
     ta.save(ours.state_dict(), tmp_path / "ours.safetensors")
     loaded = ta.load(tmp_path / "ours.safetensors")
     twin.load_state_dict({k: torch.tensor(v) for k, v in loaded.items()})
-    np.testing.assert_allclose(ours(ta.tensor(tokens)).detach().numpy(), twin(torch.tensor(tokens)).detach().numpy(), atol=1e-6)
+    np.testing.assert_allclose(ours(ta.tensor(tokens)).detach().numpy(), twin(torch.tensor(tokens)).detach().numpy(),
+                               atol=1e-6)
     with torch.no_grad():
         for p in twin.parameters():
             p.mul_(0.5)
     ta.save({k: v.numpy() for k, v in twin.state_dict().items()}, tmp_path / "twin.safetensors")
     ours.load_state_dict(ta.load(tmp_path / "twin.safetensors"))
-    np.testing.assert_allclose(ours(ta.tensor(tokens)).detach().numpy(), twin(torch.tensor(tokens)).detach().numpy(), atol=1e-6)
+    np.testing.assert_allclose(ours(ta.tensor(tokens)).detach().numpy(), twin(torch.tensor(tokens)).detach().numpy(),
+                               atol=1e-6)

@@ -170,4 +170,5 @@ def test_encoder_layer_matches_torch():
         x = rng.normal(size=(2, 5, 8))
         expected = theirs(t(x, False), src_mask=torch.nn.Transformer.generate_square_subsequent_mask(5),
                           is_causal=True)
-        np.testing.assert_allclose(ours(ta.Tensor(x), is_causal=True).detach().numpy(), expected.detach().numpy(), atol=1e-10)
+        np.testing.assert_allclose(ours(ta.Tensor(x), is_causal=True).detach().numpy(), expected.detach().numpy(),
+                                   atol=1e-10)

@@ -34,16 +34,16 @@ from .engine import (
     Function,
     Node,
     RemovableHandle,
-    refresh_view,
-    view_chain,
     _float_default,
     _short,
     check_device,
     device,
     is_grad_enabled,
     no_grad,
+    refresh_view,
     run_backward,
     tensor_dtype,
+    view_chain,
 )
 from .fused import log_softmax, softmax
 from .ops import (
