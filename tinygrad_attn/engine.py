@@ -204,46 +204,58 @@ class Context:
     reference to the tensor the op made (alive while anything can still reach this node).
     """
 
+    # until set: read from the class, so a new Context sets five fields only (this runs once per op)
+    saved_tensors: tuple = ()
+    made: Any = None  # what forward returned, kept when it saved arrays (one may be it)
+    saved_versions: tuple = ()  # (tensor, counter, version) of each tensor whose memory was saved
+    # the graph's edges: each input's node when the op ran (the Context that made it, or the leaf itself), so
+    # an in-place change of an input later (which gives it a new Context) reroutes nothing recorded here
+    parents: tuple = ()
+    output: Callable | None = None
+    watched = False  # its tensor has hooks or retains its gradient: backward looks it up
+
     def __init__(self, function: type[Function], inputs: tuple[Node, ...], kwargs: dict):
         self.function, self.inputs, self.kwargs = function, inputs, kwargs
         self.needs_input_grad = tuple([t.requires_grad for t in inputs])
-        # the graph's edges: each input's node as it is now (the Context that made it, or the leaf itself), so
-        # an in-place change of an input later (which gives it a new Context) reroutes nothing recorded here
-        self.parents = tuple([t._ctx or t for t in inputs])
         self.scope = module_scope.get()  # the module whose forward made this node (None outside modules)
-        self.saved_tensors: tuple = ()
-        self.saved_sources: tuple = ()  # per saved array: the input it is (0, 1, ...), -1 the output, None other
-        self.saved_versions: tuple = ()  # (tensor, counter, version) of each tensor whose memory was saved
-        self.output: Callable | None = None
-        self.released = False
 
     def save_for_backward(self, *arrays: Any) -> None:
         self.saved_tensors = arrays
 
-    def _record_saved(self, tensors: tuple[Node, ...], result: Node, raw: Any) -> None:
-        """Say which tensor each saved array is (a higher-order backward then differentiates through that
-        tensor, a constant otherwise), and remember the version of every tensor whose memory a saved array
-        is or views, so that backward can refuse values an in-place op changed since."""
-        sources, owners, out = [], [], result._data
-        everyone = tensors + (result,)
+    def _record_saved(self, tensors: tuple[Node, ...], result: Node) -> None:
+        """Remember the version of every tensor whose memory a saved array is (or views), so that backward can
+        refuse values an in-place op changed since."""
+        owners = []
         for arr in self.saved_tensors:
-            source = None
-            if arr is out or arr is raw:  # raw: what forward returned (a numpy scalar for 0-d), before asarray
-                source = -1
+            if type(arr) is not np.ndarray:
+                continue
+            for t in tensors:
+                if arr is t._data:
+                    owners.append((t, t._version_counter, t._version_counter[0]))
+                    break
             else:
-                for i, t in enumerate(tensors):
-                    if arr is t._data:
-                        source = i
-                        break
-            if isinstance(arr, np.ndarray):
-                base = arr.base
-                for t in everyone:
+                base = arr.base  # a view of an input or of the output (a reshaped row block, say)
+                for t in tensors + (result,):
                     own = t._data.base
                     if arr is t._data or own is arr or (base is not None and (base is t._data or base is own)):
                         owners.append((t, t._version_counter, t._version_counter[0]))
                         break
+        if owners:
+            self.saved_versions = tuple(owners)
+
+    def saved_sources(self) -> list:
+        """Which tensor each saved array is: the input's position, -1 for the output, None for another array
+        (a mask, an index, a sign: a constant to a higher-order backward)."""
+        sources = []
+        for arr in self.saved_tensors:
+            source = -1 if arr is self.made else None  # made: what forward returned (a numpy scalar for 0-d)
+            if source is None:
+                for i, t in enumerate(self.inputs):
+                    if arr is t._data:
+                        source = i
+                        break
             sources.append(source)
-        self.saved_sources, self.saved_versions = tuple(sources), tuple(owners)
+        return sources
 
     def check_versions(self) -> None:
         for t, counter, version in self.saved_versions:
@@ -256,9 +268,13 @@ class Context:
 
     def release(self) -> None:
         """Drop the saved arrays once the backward pass no longer needs them."""
-        self.saved_tensors = ()
-        self.saved_versions = ()
-        self.released = True
+        self.saved_tensors = None
+        if self.saved_versions:
+            self.saved_versions = ()
+
+    @property
+    def released(self) -> bool:
+        return self.saved_tensors is None
 
 
 class _SavedAsTensors:
@@ -269,7 +285,7 @@ class _SavedAsTensors:
     def __init__(self, ctx: Context, kind: type):
         self._ctx = ctx
         saved = []
-        for arr, source in zip(ctx.saved_tensors, ctx.saved_sources):
+        for arr, source in zip(ctx.saved_tensors, ctx.saved_sources()):
             if source is None:
                 saved.append(kind._result(arr, None) if isinstance(arr, np.ndarray) else arr)
             elif source >= 0:
@@ -358,13 +374,13 @@ class Function:
         tensors = tuple([x if isinstance(x, Node) else kind._wrap(x) for x in inputs]) if others else inputs
         guards = ()
         for value in kwargs.values():
-            if _holds_tensor(value):
+            if isinstance(value, Node) or (type(value) is tuple and _holds_tensor(value)):
                 kwargs, guards = _read_constants(kwargs)
                 break
         ctx = Context(cls, tensors, kwargs)
         raw = cls.forward(ctx, *(t._data for t in tensors), **kwargs)
         out = raw if type(raw) is np.ndarray else np.asarray(raw)
-        requires_grad = out.dtype.kind == "f" and any(ctx.needs_input_grad) and _grad_mode.get()
+        requires_grad = out.dtype.kind == "f" and True in ctx.needs_input_grad and _grad_mode.get()
         result = kind._result(out, ctx if requires_grad else None)
         if out.base is not None:  # a view of an input (reshape, permute, slicing): one version counter
             for t in tensors:
@@ -375,9 +391,11 @@ class Function:
                         result._view_of = (t, cls, kwargs, root, root._ctx)
                     break
         if requires_grad:
+            ctx.parents = tuple([t._ctx or t for t in tensors])
             ctx.output = weakref.ref(result)
             if ctx.saved_tensors:
-                ctx._record_saved(tensors, result, raw)
+                ctx.made = raw
+                ctx._record_saved(tensors, result)
             if guards:
                 ctx.saved_versions += guards
         for hook in _forward_hooks:
@@ -406,6 +424,7 @@ def refresh_view(view: Node) -> None:
     view._ctx, view.requires_grad = fresh._ctx, fresh.requires_grad
     if fresh._ctx is not None:
         fresh._ctx.output = weakref.ref(view)
+        fresh._ctx.watched = bool(view._hooks) or view._retains_grad
     view._view_of = view._view_of[:4] + (root._ctx,)
 
 
@@ -563,27 +582,34 @@ def run_backward(roots: list[Node], grads: list[Any], retain_graph: bool, create
     for root, g in zip(roots, grads):
         key = id(_node(root))
         pending[key] = g if key not in pending else pending[key] + g
+    context, plain, array = Context, inputs is None and only is None, np.ndarray  # read once: this loop is hot
     with (enable_grad() if create_graph else no_grad()):
         for node in reversed(order):
             g = pending.pop(id(node), None)
             if g is None:
                 continue
-            leaf = type(node) is not Context
-            tensor = node if leaf else node.output() if node.output is not None else None
-            if tensor is not None and not leaf and tensor._ctx is not node:
-                tensor = None  # changed in place since: its hooks and .grad belong to its newer version
-            if tensor is not None and tensor._hooks:
-                g = _run_hooks(tensor, g)
-            if inputs is not None:
-                for i in wanted.get(id(node), ()):
-                    found[i] = g
-                if id(node) not in upstream:
-                    continue
-            elif tensor is not None and ((leaf or tensor._retains_grad) if only is None else id(node) in only):
-                _accumulate(tensor, g, create_graph)
-            if leaf:
+            if type(node) is not context:  # a leaf: it keeps its gradient (autograd.grad: returns it)
+                if node._hooks:
+                    g = _run_hooks(node, g)
+                if inputs is not None:
+                    for i in wanted.get(id(node), ()):
+                        found[i] = g
+                elif only is None or id(node) in only:
+                    _accumulate(node, g, create_graph)
                 continue
             ctx = node
+            if not plain or ctx.watched:  # its tensor has hooks, retains its gradient, or was asked for
+                tensor = ctx.output() if ctx.watched or only is not None else None
+                if tensor is not None:
+                    if tensor._hooks:
+                        g = _run_hooks(tensor, g)
+                    if inputs is None and (tensor._retains_grad if only is None else id(node) in only):
+                        _accumulate(tensor, g, create_graph)
+                if inputs is not None:
+                    for i in wanted.get(id(node), ()):
+                        found[i] = g
+                    if id(node) not in upstream:
+                        continue
             if ctx.released:
                 raise RuntimeError(
                     f"backward through the graph a second time ({ctx.function.__name__}): its saved "
@@ -594,13 +620,15 @@ def run_backward(roots: list[Node], grads: list[Any], retain_graph: bool, create
             if create_graph:
                 input_grads = _higher_order_backward(ctx, g)
             else:
-                input_grads = _as_gradient_tuple(ctx.function.backward(ctx, g), len(ctx.inputs), ctx.function)
+                input_grads = ctx.function.backward(ctx, g)
+                if type(input_grads) is not tuple or len(input_grads) != len(ctx.inputs):
+                    input_grads = _as_gradient_tuple(input_grads, len(ctx.inputs), ctx.function)
             for hook in _backward_hooks:
                 hook(ctx, g, input_grads)
             for parent, t, need, pg in zip(ctx.parents, ctx.inputs, ctx.needs_input_grad, input_grads):
                 if pg is None or not need:
                     continue
-                if not create_graph and type(pg) is not np.ndarray:
+                if not create_graph and type(pg) is not array:
                     pg = np.asarray(pg._data if isinstance(pg, Node) else pg)
                 own = t._data  # its shape and dtype, read once
                 if pg.shape != own.shape:

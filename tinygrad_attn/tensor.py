@@ -119,6 +119,9 @@ class Tensor(Node):
 
     __array_priority__ = 1000  # so `ndarray + Tensor` calls Tensor.__radd__
     __hash__ = object.__hash__  # identity hash, although == is elementwise
+    # what a new tensor holds until it is set (read from the class, so making a tensor sets four fields only)
+    grad, _base, _retains_grad, _view_of = None, None, False, None
+    _hooks: dict | tuple = ()  # a dict of its own once a hook is registered
 
     def __init__(self, *data: Any, requires_grad: bool = False, dtype: Any = None):
         if len(data) != 1 or (isinstance(data[0], int) and not isinstance(data[0], bool)):  # Tensor(2, 3), Tensor()
@@ -162,15 +165,14 @@ class Tensor(Node):
 
     def _init(self, arr: np.ndarray, ctx: Context | None) -> None:
         self._data, self.grad, self.requires_grad, self._ctx = arr, None, ctx is not None, ctx
-        self._version_counter, self._base, self._hooks, self._retains_grad = [0], None, {}, False
-        self._view_of = None  # (parent, view op, its arguments, root, root's node then) for a view made by an op
+        self._version_counter = [0]  # shared by every view of the same memory
+        # _view_of: (parent, view op, its arguments, root, root's node then) for a view made by an op
 
     @classmethod
     def _result(cls, data: np.ndarray, ctx: Context | None) -> Tensor:
         """An op's output: the array is the op's own, so __init__'s checks are skipped."""
         t = object.__new__(Tensor)  # _init's fields, set here without a call: this runs once per op
-        t._data, t.grad, t.requires_grad, t._ctx = data, None, ctx is not None, ctx
-        t._version_counter, t._base, t._hooks, t._retains_grad, t._view_of = [0], None, {}, False, None
+        t._data, t.requires_grad, t._ctx, t._version_counter = data, ctx is not None, ctx, [0]
         return t
 
     @classmethod
@@ -292,6 +294,10 @@ class Tensor(Node):
             raise RuntimeError("register_hook: cannot register a hook on a tensor that doesn't require gradient")
         if not callable(hook):
             raise TypeError(f"register_hook: hook must be callable, got {_short(hook)}")
+        if not isinstance(self._hooks, dict):
+            self._hooks = {}
+        if self._ctx is not None:
+            self._ctx.watched = True  # backward runs the hooks when it reaches this tensor's node
         handle = RemovableHandle(self._hooks)
         self._hooks[handle.id] = hook
         return handle
@@ -302,6 +308,7 @@ class Tensor(Node):
             raise RuntimeError("retain_grad: can't retain_grad on a tensor that doesn't require gradient")
         if self._ctx is not None:
             self._retains_grad = True
+            self._ctx.watched = True
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self._data if dtype is None else self._data.astype(dtype)
@@ -643,6 +650,8 @@ class Tensor(Node):
                                "it under ta.no_grad() (as optimizers do), or change a clone()")
         old = Tensor._result(self._data.copy(), self._ctx)
         old.requires_grad = self.requires_grad
+        if self._ctx is not None:
+            self._ctx.output = weakref.ref(old)  # the old node's tensor is now the old value
         result = compute(old)
         self._write(op, result)
         if root is not self:  # a view: the root's entries under it are replaced, the root rebased on them
@@ -651,6 +660,8 @@ class Tensor(Node):
                 positions = cls.forward(Context(cls, (), {}), positions, **kwargs)
             root_old = Tensor._result(root._data, root._ctx)
             root_old.requires_grad = root.requires_grad
+            if root._ctx is not None:
+                root._ctx.output = weakref.ref(root_old)
             values = result if result.dtype == root.dtype else result.astype(root.dtype)
             result = CopySlices.apply(root_old, values, positions=positions)
         target = root
@@ -658,6 +669,7 @@ class Tensor(Node):
         if result.requires_grad:
             target._ctx, target.requires_grad = result._ctx, True
             target._ctx.output = weakref.ref(target)  # this tensor is now that op's output
+            target._ctx.watched = bool(target._hooks) or target._retains_grad
         if root is not self:
             refresh_view(self)
         return self
