@@ -204,20 +204,22 @@ class Context:
     reference to the tensor the op made (alive while anything can still reach this node).
     """
 
-    # until set: read from the class, so a new Context sets five fields only (this runs once per op)
-    saved_tensors: tuple = ()
-    made: Any = None  # what forward returned, kept when it saved arrays (one may be it)
-    saved_versions: tuple = ()  # (tensor, counter, version) of each tensor whose memory was saved
-    # the graph's edges: each input's node when the op ran (the Context that made it, or the leaf itself), so
-    # an in-place change of an input later (which gives it a new Context) reroutes nothing recorded here
-    parents: tuple = ()
-    output: Callable | None = None
-    watched = False  # its tensor has hooks or retains its gradient: backward looks it up
+    # Fixed fields in slots (one is made per op: no dict to allocate unless a rule sets an attribute of its own):
+    # saved_versions: (tensor, counter, version) of each tensor whose memory a saved array is; made: what
+    # forward returned, kept when it saved arrays (one may be it); parents: the graph's edges, each input's
+    # node when the op ran (the Context that made it, or the leaf itself), so an in-place change of an input
+    # later (which gives it a new Context) reroutes nothing recorded here; watched: its tensor has hooks or
+    # retains its gradient, and output is then a weak reference to it.
+    __slots__ = ("function", "inputs", "kwargs", "needs_input_grad", "scope", "saved_tensors", "saved_versions",
+                 "made", "parents", "output", "watched", "__dict__")
 
     def __init__(self, function: type[Function], inputs: tuple[Node, ...], kwargs: dict):
         self.function, self.inputs, self.kwargs = function, inputs, kwargs
         self.needs_input_grad = tuple([t.requires_grad for t in inputs])
         self.scope = module_scope.get()  # the module whose forward made this node (None outside modules)
+        self.saved_tensors = self.saved_versions = self.parents = ()
+        self.made = self.output = None
+        self.watched = False
 
     def save_for_backward(self, *arrays: Any) -> None:
         self.saved_tensors = arrays
@@ -300,7 +302,7 @@ class _SavedAsTensors:
 
 def _output_of(ctx: Context) -> Node:
     """The tensor ctx's op made: alive while its node is reachable, else made again from the same inputs."""
-    out = ctx.output() if ctx.output is not None else None
+    out = ctx.output() if ctx.output is not None else None  # known when watched
     return out if out is not None else ctx.function.apply(*ctx.inputs, **ctx.kwargs)
 
 
@@ -392,7 +394,6 @@ class Function:
                     break
         if requires_grad:
             ctx.parents = tuple([t._ctx or t for t in tensors])
-            ctx.output = weakref.ref(result)
             if ctx.saved_tensors:
                 ctx.made = raw
                 ctx._record_saved(tensors, result)
@@ -401,6 +402,11 @@ class Function:
         for hook in _forward_hooks:
             hook(ctx, result)
         return result
+
+
+def watch(t: Node) -> None:
+    """Mark t's node so backward looks t up there (t has hooks, or retains its gradient)."""
+    t._ctx.output, t._ctx.watched = weakref.ref(t), True
 
 
 def view_chain(view: Node) -> tuple[Node, list[tuple[type, dict]]]:
@@ -422,9 +428,8 @@ def refresh_view(view: Node) -> None:
         for cls, kwargs in chain:
             fresh = cls.apply(fresh, **kwargs)
     view._ctx, view.requires_grad = fresh._ctx, fresh.requires_grad
-    if fresh._ctx is not None:
-        fresh._ctx.output = weakref.ref(view)
-        fresh._ctx.watched = bool(view._hooks) or view._retains_grad
+    if fresh._ctx is not None and (view._hooks or view._retains_grad):
+        watch(view)
     view._view_of = view._view_of[:4] + (root._ctx,)
 
 
@@ -577,7 +582,7 @@ def run_backward(roots: list[Node], grads: list[Any], retain_graph: bool, create
             if type(node) is Context and any(id(p) in wanted or id(p) in upstream for p in node.parents):
                 upstream.add(id(node))
         found: list = [None] * len(inputs)
-    only = None if accumulate_into is None else {id(_node(t)) for t in accumulate_into}
+    only = None if accumulate_into is None else {id(_node(t)): t for t in accumulate_into}
     pending: dict[int, Any] = {}
     for root, g in zip(roots, grads):
         key = id(_node(root))
@@ -599,7 +604,7 @@ def run_backward(roots: list[Node], grads: list[Any], retain_graph: bool, create
                 continue
             ctx = node
             if not plain or ctx.watched:  # its tensor has hooks, retains its gradient, or was asked for
-                tensor = ctx.output() if ctx.watched or only is not None else None
+                tensor = only.get(id(node)) if only is not None else ctx.output() if ctx.watched else None
                 if tensor is not None:
                     if tensor._hooks:
                         g = _run_hooks(tensor, g)
@@ -610,7 +615,7 @@ def run_backward(roots: list[Node], grads: list[Any], retain_graph: bool, create
                         found[i] = g
                     if id(node) not in upstream:
                         continue
-            if ctx.released:
+            if ctx.saved_tensors is None:  # released
                 raise RuntimeError(
                     f"backward through the graph a second time ({ctx.function.__name__}): its saved "
                     "arrays were freed after the first backward; pass retain_graph=True to the first call"

@@ -9,7 +9,6 @@ finds `Tensor.softmax` or `__add__` here. The engine (engine.py) records and wal
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +43,7 @@ from .engine import (
     run_backward,
     tensor_dtype,
     view_chain,
+    watch,
 )
 from .fused import log_softmax, softmax
 from .ops import (
@@ -297,7 +297,7 @@ class Tensor(Node):
         if not isinstance(self._hooks, dict):
             self._hooks = {}
         if self._ctx is not None:
-            self._ctx.watched = True  # backward runs the hooks when it reaches this tensor's node
+            watch(self)  # backward runs the hooks when it reaches this tensor's node
         handle = RemovableHandle(self._hooks)
         self._hooks[handle.id] = hook
         return handle
@@ -308,7 +308,7 @@ class Tensor(Node):
             raise RuntimeError("retain_grad: can't retain_grad on a tensor that doesn't require gradient")
         if self._ctx is not None:
             self._retains_grad = True
-            self._ctx.watched = True
+            watch(self)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self._data if dtype is None else self._data.astype(dtype)
@@ -651,7 +651,7 @@ class Tensor(Node):
         old = Tensor._result(self._data.copy(), self._ctx)
         old.requires_grad = self.requires_grad
         if self._ctx is not None:
-            self._ctx.output = weakref.ref(old)  # the old node's tensor is now the old value
+            self._ctx.watched = False  # its hooks and retained gradient go with this tensor to its new node
         result = compute(old)
         self._write(op, result)
         if root is not self:  # a view: the root's entries under it are replaced, the root rebased on them
@@ -661,15 +661,15 @@ class Tensor(Node):
             root_old = Tensor._result(root._data, root._ctx)
             root_old.requires_grad = root.requires_grad
             if root._ctx is not None:
-                root._ctx.output = weakref.ref(root_old)
+                root._ctx.watched = False
             values = result if result.dtype == root.dtype else result.astype(root.dtype)
             result = CopySlices.apply(root_old, values, positions=positions)
         target = root
         target.bump_version()
         if result.requires_grad:
             target._ctx, target.requires_grad = result._ctx, True
-            target._ctx.output = weakref.ref(target)  # this tensor is now that op's output
-            target._ctx.watched = bool(target._hooks) or target._retains_grad
+            if target._hooks or target._retains_grad:
+                watch(target)
         if root is not self:
             refresh_view(self)
         return self
