@@ -428,10 +428,9 @@ class Cast(Rule):
 class Sum(Rule):
     @staticmethod
     def forward(ctx, a, axis, keepdim):
-        ctx.input_shape = a.shape
-        axes = range(a.ndim) if axis is None else np.atleast_1d(axis) % max(a.ndim, 1)
-        ctx.kept_shape = tuple(1 if i in set(axes) else n for i, n in enumerate(a.shape))
-        return a.sum(axis=axis, keepdims=keepdim)
+        out = a.sum(axis=axis, keepdims=True)
+        ctx.input_shape, ctx.kept_shape = a.shape, out.shape  # the gradient is spread from the kept shape
+        return out if keepdim else out.reshape(()) if axis is None else np.squeeze(out, axis)
 
     @staticmethod
     def backward(ctx, grad):
