@@ -37,6 +37,11 @@ def test_one_head_by_hand():
     assert module.matches(module.by_hand) and not module.matches(module.wrong_by_hand)
 
 
+def test_hessian_vector_product_by_double_backward():
+    module = load("hessian_vector")
+    assert module.matches(module.hvp) and not module.matches(module.wrong_hvp)
+
+
 @pytest.mark.parametrize("name", sorted(p.stem for p in SOLUTIONS.glob("*.py")))
 def test_solutions_run_as_scripts(name):
     proc = subprocess.run([sys.executable, str(SOLUTIONS / f"{name}.py")], capture_output=True, text=True, timeout=120)
@@ -46,7 +51,8 @@ def test_solutions_run_as_scripts(name):
 # --- the starter files: the same scaffolding with a TODO where the learner writes the code -------------------
 
 EXERCISES = SOLUTIONS.parent
-STARTERS = {"layer_norm_function": 1, "broken_softmax": 2, "causal_by_hand": 3, "one_head_by_hand": 4}
+STARTERS = {"layer_norm_function": 1, "broken_softmax": 2, "causal_by_hand": 3, "one_head_by_hand": 4,
+            "hessian_vector": 5}
 
 
 def load_starter(name, monkeypatch):
@@ -87,3 +93,7 @@ def test_starters_filled_with_the_solutions_pass_and_keep_their_planted_mistakes
     starter, solution = load_starter("one_head_by_hand", monkeypatch), load("one_head_by_hand")
     assert not starter.matches(starter.wrong_by_hand)
     assert starter.matches(solution.by_hand)
+
+    starter, solution = load_starter("hessian_vector", monkeypatch), load("hessian_vector")
+    assert not starter.matches(starter.wrong_hvp)
+    assert starter.matches(solution.hvp)

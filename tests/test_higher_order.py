@@ -429,3 +429,46 @@ def test_gradgradcheck_catches_a_wrong_second_derivative():
     assert ta.gradcheck(Wrong.apply, [x])
     with pytest.raises(ta.GradcheckError):
         ta.gradgradcheck(Wrong.apply, [x])
+
+
+# --- modules, and the backward as a graph a learner can trace and draw -------------------------------------
+
+
+@pytest.mark.parametrize("name", ["encoder_layer", "causal_lm", "layer_norm", "feed_forward"])
+def test_modules_are_twice_differentiable(sdpa_path, name):
+    ta.manual_seed(0)
+    rng = np.random.default_rng(0)
+    if name == "encoder_layer":
+        module = ta.nn.TransformerEncoderLayer(4, 2, dim_feedforward=6, dropout=0.0).double()
+        x = leaf(rng.normal(size=(2, 3, 4)))
+        fn = lambda t: module(t)  # noqa: E731
+    elif name == "causal_lm":
+        module = ta.nn.CausalLM(vocab_size=5, d_model=4, nhead=2, num_layers=1, dim_feedforward=6,
+                                max_len=8).double()
+        tokens = ta.tensor([[1, 3, 0, 2]])
+        x = module.lm_head.weight if hasattr(module, "lm_head") else next(iter(module.parameters()))
+        fn = lambda w: module(tokens) * 1.0  # noqa: E731
+    elif name == "layer_norm":
+        module = ta.nn.LayerNorm(4).double()
+        x = leaf(rng.normal(size=(3, 4)))
+        fn = lambda t: module(t) ** 2  # noqa: E731
+    else:
+        module = ta.nn.FeedForward(4, 6, activation="gelu").double()
+        x = leaf(rng.normal(size=(2, 4)))
+        fn = lambda t: module(t)  # noqa: E731
+    assert ta.gradgradcheck(fn, [x], atol=1e-4, max_elements=24)
+
+
+def test_the_backward_of_attention_is_a_graph_to_trace_and_draw(sdpa_path):
+    q = leaf(np.random.default_rng(0).normal(size=(1, 1, 3, 2)))
+    out = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    (g,) = autograd.grad(out.sum(), q, create_graph=True)
+    dot = ta.viz.to_dot(g)
+    assert dot.startswith("digraph") and "MatMul" in dot and "Softmax" in dot
+    with ta.trace_backward(print_table=False) as trace:
+        g.sum().backward()
+    ops = [row[0] for row in trace.rows]
+    assert "MatMul" in ops and "Softmax" in ops and len(ops) > 10
+    np.testing.assert_allclose(q.grad.numpy(), autograd.functional.hvp(
+        lambda t: F.scaled_dot_product_attention(t, t, t, is_causal=True).sum(), q.detach(),
+        ta.tensor(np.ones((1, 1, 3, 2))))[1].numpy(), rtol=1e-8, atol=1e-12)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .checks import check_tensor
+from .engine import Context
 from .tensor import Tensor
 
 _warned = False
@@ -174,22 +175,22 @@ def to_dot(tensor: Tensor, render: str | None = None, names: Any = None) -> str:
     leaf_names = {id(t): name for name, t in (names or {}).items()}
     lines = ["digraph autograd {", "  rankdir=LR;", '  node [fontname="Helvetica", fontsize=10];']
     seen: set[int] = set()
-    stack = [tensor]
+    stack = [(tensor._ctx or tensor, tensor.shape)]  # the graph's nodes: Contexts, and leaf tensors
     while stack:
-        node = stack.pop()
+        node, shape = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if node._ctx is None:
+        if not isinstance(node, Context):
             grad = "" if node.grad is None else f"\\ngrad norm {float(np.linalg.norm(node.grad._data)):.3g}"
             label = leaf_names.get(id(node), "leaf")
             lines.append(f'  n{id(node)} [shape=ellipse, label="{label} {node.shape}{grad}"];')
             continue
-        lines.append(f'  n{id(node)} [shape=box, label="{node._ctx.function.__name__}\\n{node.shape}"];')
-        for parent in node._ctx.inputs:
-            if parent.requires_grad:
+        lines.append(f'  n{id(node)} [shape=box, label="{node.function.__name__}\\n{shape}"];')
+        for parent, t, need in zip(node.parents, node.inputs, node.needs_input_grad):
+            if need:  # an edge to the input's node when the op ran (an in-place change later gave it another)
                 lines.append(f"  n{id(parent)} -> n{id(node)};")
-                stack.append(parent)
+                stack.append((parent, t.shape))
     lines.append("}")
     dot = "\n".join(lines)
     if render and shutil.which("dot"):
