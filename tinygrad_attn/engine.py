@@ -322,10 +322,6 @@ def _read_constants(kwargs: dict) -> tuple[dict, tuple]:
     return values, tuple(guards)
 
 
-def _holds_tensor(value: Any) -> bool:
-    return isinstance(value, Node) or (type(value) is tuple and any(isinstance(v, Node) for v in value))
-
-
 class Function:
     """Base class of every differentiable op, built-in or the user's own.
 
@@ -375,10 +371,20 @@ class Function:
                             f"{', '.join(type(x).__name__ for x in inputs) or 'none'}")
         tensors = tuple([x if isinstance(x, Node) else kind._wrap(x) for x in inputs]) if others else inputs
         guards = ()
-        for value in kwargs.values():
-            if isinstance(value, Node) or (type(value) is tuple and _holds_tensor(value)):
-                kwargs, guards = _read_constants(kwargs)
+        for value in kwargs.values():  # a tensor passed as an argument (an index, a mask): read it, guard it
+            if isinstance(value, Node):
                 break
+            if type(value) is tuple:
+                for item in value:
+                    if isinstance(item, Node):
+                        break
+                else:
+                    continue
+                break
+        else:
+            value = None
+        if value is not None:
+            kwargs, guards = _read_constants(kwargs)
         ctx = Context(cls, tensors, kwargs)
         raw = cls.forward(ctx, *(t._data for t in tensors), **kwargs)
         out = raw if type(raw) is np.ndarray else np.asarray(raw)
