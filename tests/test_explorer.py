@@ -107,6 +107,11 @@ def test_the_graph_shows_both_paths_with_the_models_gradient():
     norms = [next(n for n in data["graph"][k]["nodes"] if n["op"] == "q_proj.weight")["grad"]["norm"]
              for k in ("math", "flash")]
     assert abs(norms[0] - norms[1]) <= 1e-3 * norms[0]  # the two paths give the block the same gradients
+    backward = data["graph"]["backward"]  # the math path's backward, recorded as a graph of its own
+    ops = [n["op"] for n in backward["nodes"]]
+    assert ops.count("MatMul") >= 4 and "Softmax (forward)" in ops and "dO" in ops and "q_proj.weight" in ops
+    assert all(0 <= a < len(ops) and 0 <= b < len(ops) for a, b in backward["edges"])
+    assert not any(n["leaf"] for n in backward["nodes"] if n["op"] in ("MatMul", "Mul", "Sum"))
     _loss(model, tokens).backward()  # and the model's own gradient is the same again: the page changed nothing
     assert abs(np.linalg.norm(model.layers[0].self_attn.q_proj.weight.grad.numpy()) - norms[0]) <= 1e-3 * norms[0]
 

@@ -91,6 +91,11 @@ def test_the_page_works_in_headless_chromium(browser, page, tmp_path):
     browser.find_element("css selector", '#graphs g.node[data-op="FlashAttention"]').click()
     assert "FlashAttention" in browser.find_element("id", "nodeinfo").text
     assert "gradient: min" in browser.find_element("id", "nodeinfo").text
+    backward = browser.find_elements("css selector", '#graphs svg[data-kernel="backward"] g.node')
+    assert len(backward) == len(explorer.data["graph"]["backward"]["nodes"]) > 10  # the backward, drawn as a graph
+    softmax = '#graphs svg[data-kernel="backward"] g.node[data-op="Softmax (forward)"]'
+    browser.find_element("css selector", softmax).click()
+    assert "backward · Softmax (forward)" in browser.find_element("id", "nodeinfo").text
     svg = browser.execute_script("return window.explorer.exportPanel(document.getElementById('head'), 'svg')")
     assert svg.startswith("<svg") and "rect" in svg
     browser.execute_script("window.explorer.exportPanel(document.getElementById('overview'), 'png')")

@@ -439,7 +439,7 @@ def refresh_view(view: Node) -> None:
     view._view_of = view._view_of[:4] + (root._ctx,)
 
 
-class _Alias(Function):
+class Alias(Function):
     """The identity, as a node of its own: a fused op's higher-order backward differentiates its math with
     respect to these stand-ins, so an input given twice (attention of x with itself) is counted once per
     place."""
@@ -551,7 +551,7 @@ def _higher_order_backward(ctx: Context, g: Node) -> tuple:
     depend on the inputs and on g."""
     fn, kind = ctx.function, type(g)
     if fn.math is not None:  # a fused kernel: differentiate its composition of primitive ops
-        stand_ins = tuple(_Alias.apply(t) if need else t for t, need in zip(ctx.inputs, ctx.needs_input_grad))
+        stand_ins = tuple(Alias.apply(t) if need else t for t, need in zip(ctx.inputs, ctx.needs_input_grad))
         out = fn.math(*stand_ins, **ctx.kwargs)
         wanted = [s for s, need in zip(stand_ins, ctx.needs_input_grad) if need]
         found = iter(run_backward([out], [g], True, True, inputs=wanted))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .autograd.backward import grad as _grad
-from .engine import _Alias, enable_grad, is_grad_enabled
+from .engine import Alias, enable_grad, is_grad_enabled
 from .tensor import Tensor
 
 
@@ -21,7 +21,7 @@ def _track(x: Any, name: str) -> tuple[Tensor, bool]:
         raise TypeError(f"{name}: the argument to differentiate must be a float Tensor, got "
                         f"{getattr(x, 'dtype', type(x).__name__)}")
     nested = x.requires_grad and is_grad_enabled()
-    return (_Alias.apply(x) if nested else x.detach().requires_grad_(True)), nested
+    return (Alias.apply(x) if nested else x.detach().requires_grad_(True)), nested
 
 
 def _argnums(argnums: Any, count: int, name: str) -> tuple[int, ...]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..autograd.backward import grad as gradients_of
 from ..functional import sdpa_kernel
 from ..masks import causal_mask
 from ..nn.attention import MultiHeadAttention
@@ -273,10 +274,9 @@ def _summary(a: np.ndarray | None) -> dict | None:
             "norm": _round(np.linalg.norm(finite))}
 
 
-def block_graph(call: _Call, index: int, kernel: str) -> dict:
-    """The graph one attention block records (its projections, the attention, out_proj) on this call's
-    inputs, under sdpa_kernel(kernel), with each node's value and gradient summarised. The gradient
-    flowing in is the model's own dL/d(block output)."""
+def _replay(call: _Call, index: int, kernel: str) -> tuple:
+    """One attention block run again on this call's inputs (item `index`), under sdpa_kernel(kernel): the
+    module's parameter names, the inputs as new leaves, the output, and the model's dL/d(block output)."""
     module, names = call.module, {id(p): n for n, p in call.module.named_parameters()}
     inputs = {}
     for label, t in (("query", call.query), ("key", call.key), ("value", call.value)):
@@ -290,42 +290,93 @@ def block_graph(call: _Call, index: int, kernel: str) -> dict:
     if mask is not None:
         m = np.asarray(mask._data if isinstance(mask, Tensor) else mask)
         mask = m[index:index + 1] if m.ndim == 4 and m.shape[0] > 1 else m
-    saved = {id(p): (p, p.grad) for p in module.parameters()}  # the replay's gradients are its own
-    for p, _ in saved.values():
-        p.grad = None
     with sdpa_kernel(kernel):
         out, _ = type(module).forward(module, query, key if key is not query else None,
                                       value if value is not key else None, mask=mask, is_causal=call.is_causal,
                                       need_weights=False)
-    nodes, edges, ids, order = [], [], {}, []
-    stack, seen = [out], set()
-    while stack:  # every tensor of the block's graph, from the output back to the leaves
+    grad_out = call.out.grad._data[index:index + 1] if call.out is not None and call.out.grad is not None else None
+    return names, inputs, out, Tensor(grad_out if grad_out is not None else np.ones_like(out._data))
+
+
+def _tensors_behind(roots: list[Tensor], expand: Callable[[Tensor], bool],
+                    keep: Callable[[Tensor], bool] = lambda t: t.requires_grad) -> list[Tensor]:
+    """The tensors of the graph behind `roots`, outputs first: `expand(t)` says whether to go past t, `keep(x)`
+    whether an op's input x is shown."""
+    order, stack, seen = [], list(roots), set()
+    while stack:
         t = stack.pop()
         if id(t) in seen:
             continue
         seen.add(id(t))
         order.append(t)
-        if t._ctx is not None:
-            stack.extend(x for x in t._ctx.inputs if x.requires_grad)
+        if t._ctx is not None and expand(t):
+            stack.extend(x for x in t._ctx.inputs if keep(x))
+    return order
+
+
+def _graph(order: list[Tensor], label: Callable[[Tensor], str], inner: Callable[[Tensor], bool],
+           kernel: str) -> dict:
+    """Nodes (op, shape, value and gradient summaries) and edges (input -> op) of the tensors in `order`."""
+    ids = {id(t): i for i, t in enumerate(order)}
+    nodes, edges = [], []
+    for t in order:
+        nodes.append({"id": ids[id(t)], "op": label(t), "leaf": not inner(t), "shape": list(t.shape),
+                      "value": _summary(t._data), "grad": _summary(None if t.grad is None else t.grad._data)})
+        if inner(t):
+            edges.extend([ids[id(x)], ids[id(t)]] for x in t._ctx.inputs if id(x) in ids)
+    return {"kernel": kernel, "nodes": nodes, "edges": edges}
+
+
+def block_graph(call: _Call, index: int, kernel: str) -> dict:
+    """The graph one attention block records (its projections, the attention, out_proj) on this call's
+    inputs, under sdpa_kernel(kernel), with each node's value and gradient summarised. The gradient
+    flowing in is the model's own dL/d(block output)."""
+    saved = {id(p): (p, p.grad) for p in call.module.parameters()}  # the replay's gradients are its own
+    for p, _ in saved.values():
+        p.grad = None
+    names, inputs, out, grad_out = _replay(call, index, kernel)
+    order = _tensors_behind([out], lambda t: True)  # every tensor of the block's graph, output to leaves
     for t in order:
         if t._ctx is not None:
             t.retain_grad()
-    grad_out = call.out.grad._data[index:index + 1] if call.out is not None and call.out.grad is not None else None
-    (out * Tensor(grad_out if grad_out is not None else np.ones_like(out._data))).sum().backward()
-    for t in order:
-        ids[id(t)] = len(ids)
-    for t in order:
+    (out * grad_out).sum().backward()
+
+    def label(t: Tensor) -> str:
         if t._ctx is not None:
-            op = t._ctx.function.__name__
-        else:
-            op = names.get(id(t)) or next((label for label, x in inputs.values() if x is t), "input")
-        nodes.append({"id": ids[id(t)], "op": op, "leaf": t._ctx is None, "shape": list(t.shape),
-                      "value": _summary(t._data), "grad": _summary(None if t.grad is None else t.grad._data)})
-        if t._ctx is not None:
-            edges.extend([ids[id(x)], ids[id(t)]] for x in t._ctx.inputs if id(x) in ids)
+            return t._ctx.function.__name__
+        return names.get(id(t)) or next((name for name, x in inputs.values() if x is t), "input")
+
+    graph = _graph(order, label, lambda t: t._ctx is not None, kernel)
     for p, grad in saved.values():
         p.grad = grad
-    return {"kernel": kernel, "nodes": nodes, "edges": edges}
+    return graph
+
+
+def backward_graph(call: _Call, index: int) -> dict:
+    """The math path's backward of one attention block as a graph of its own: the block's input gradients
+    computed with create_graph=True, so each step of the backward (dV = P^T dO, dP = dO V^T, the softmax's
+    dS, dQ, dK, the projections') is a node. The forward values it reads, the weights and dO are its
+    inputs; each is labelled with what it is (a forward op's output is "Softmax (forward)")."""
+    names, inputs, out, grad_out = _replay(call, index, "math")
+    forward = {id(t._ctx) for t in _tensors_behind([out], lambda t: True) if t._ctx is not None}
+    wanted = [x for _, x in inputs.values()]
+    found = gradients_of(out, wanted, grad_out, create_graph=True)
+
+    def made_by_backward(t: Tensor) -> bool:
+        return t._ctx is not None and id(t._ctx) not in forward
+
+    def label(t: Tensor) -> str:
+        if made_by_backward(t):
+            return t._ctx.function.__name__
+        if t._ctx is not None:
+            return f"{t._ctx.function.__name__} (forward)"
+        if t is grad_out:
+            return "dO"
+        return names.get(id(t)) or next((name for name, x in inputs.values() if x is t), "constant")
+
+    order = _tensors_behind([g for g in found if g is not None], made_by_backward,
+                            lambda x: x.requires_grad or x is grad_out)
+    return _graph(order, label, made_by_backward, "backward")
 
 
 def collect(model: Module, run: Callable[[], Tensor], labels: dict | None = None, index: int = 0,
@@ -365,7 +416,8 @@ def collect(model: Module, run: Callable[[], Tensor], labels: dict | None = None
         "loss": _round(loss.item()),
         "attention": panels,
         "input_grad": inputs,
-        "graph": {kernel: block_graph(recorder.calls[0], index, kernel) for kernel in ("math", "flash")},
+        "graph": {**{kernel: block_graph(recorder.calls[0], index, kernel) for kernel in ("math", "flash")},
+                  "backward": backward_graph(recorder.calls[0], index)},
         "check": (dict(finite_difference_check(exacts[0]), name=recorder.calls[0].name) if check else None),
         "max_tokens": MAX_TOKENS,
     }
