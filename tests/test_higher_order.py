@@ -472,3 +472,24 @@ def test_the_backward_of_attention_is_a_graph_to_trace_and_draw(sdpa_path):
     np.testing.assert_allclose(q.grad.numpy(), autograd.functional.hvp(
         lambda t: F.scaled_dot_product_attention(t, t, t, is_causal=True).sum(), q.detach(),
         ta.tensor(np.ones((1, 1, 3, 2))))[1].numpy(), rtol=1e-8, atol=1e-12)
+
+
+LOSSES_AND_STATISTICS = {
+    "mse": lambda a, b: F.mse_loss(a, b),
+    "l1": lambda a, b: F.l1_loss(a * a, b),
+    "bce_with_logits": lambda a, b: F.binary_cross_entropy_with_logits(a, b.sigmoid()),
+    "bce": lambda a, b: F.binary_cross_entropy(a.sigmoid(), b.sigmoid()),
+    "kl_div": lambda a, b: F.kl_div(F.log_softmax(a, -1), F.softmax(b, -1), reduction="batchmean"),
+    "nll": lambda a, b: F.nll_loss(F.log_softmax(a * b, -1), ta.tensor([0, 2, 1])),
+    "var_std": lambda a, b: a.var(-1) * b.std(0).sum(),
+    "norm": lambda a, b: (a * b).norm(),
+    "median_kthvalue": lambda a, b: a.median(-1).values * b.kthvalue(2, -1).values,
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES_AND_STATISTICS))
+@few
+@given(data=st.data())
+def test_losses_and_statistics_are_twice_differentiable(name, data):
+    a, b = leaf(data.draw(arrays((3, 3)))), leaf(data.draw(arrays((3, 3), 0.5, 2.0)))
+    assert ta.gradgradcheck(LOSSES_AND_STATISTICS[name], [a, b])

@@ -51,6 +51,15 @@ OPS = {
     "getitem_cat": (lambda m, x: m.cat([x[:, :1] ** 2, x[:, 1:] * x[:, :-1]], 1), 1, None),
     "cumsum_where": (lambda m, x: m.where(x > 0, x.cumsum(0) ** 2, x * 3), 1, None),
     "cross_entropy": (lambda m, x: F_of(m).cross_entropy(x * x, m.tensor([1, 0, 2]), label_smoothing=0.1), 1, None),
+    "mse_l1": (lambda m, a, b: F_of(m).mse_loss(a, b) + F_of(m).l1_loss(a * a, b), 2, None),
+    "bce": (lambda m, a, b: F_of(m).binary_cross_entropy_with_logits(a, b.sigmoid())
+            + F_of(m).binary_cross_entropy(a.sigmoid(), b.sigmoid()), 2, None),
+    "kl_nll": (lambda m, a, b: F_of(m).kl_div(F_of(m).log_softmax(a, -1), F_of(m).softmax(b, -1), reduction="batchmean")
+               + F_of(m).nll_loss(F_of(m).log_softmax(a * b, -1), m.tensor([0, 2, 1])), 2, None),
+    "var_std_norm": (lambda m, a: a.var(-1).sum() * a.std(0).sum() + a.norm(), 1, None),
+    "topk_sort_max": (lambda m, a: a.topk(2, dim=-1).values ** 2 + a.sort(dim=-1).values[:, :2] * a.max(dim=-1,
+                      keepdim=True).values, 1, None),
+    "clamp_sqrt_rsqrt": (lambda m, a: (a.clamp(-1.0, 1.0) * (a * a + 1).rsqrt()) ** 2, 1, None),
 }
 
 
@@ -144,3 +153,27 @@ def test_hessian_vector_product_of_a_small_transformers_loss_matches_pytorch(sdp
         theirs = _hvp(torch, _tiny_transformer_loss, params, directions)
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
+
+
+def _micrograd_style(lib):
+    """A scalar graph in micrograd's style: intermediates updated with +=, relu, powers and reciprocals."""
+    a = lib.tensor(-4.0, requires_grad=True, dtype=lib.float64)
+    b = lib.tensor(2.0, requires_grad=True, dtype=lib.float64)
+    c = a + b
+    d = a * b + b**3
+    c += c + 1
+    c += 1 + c + (-a)
+    d += d * 2 + (b + a).relu()
+    d += 3 * d + (b - a).relu()
+    e = c - d
+    f = e**2
+    g = f / 2.0
+    g += 10.0 / f
+    g.backward(retain_graph=True)
+    (ga, gb) = lib.autograd.grad(g, [a, b], create_graph=True)
+    (hab,) = lib.autograd.grad(ga, b)  # a mixed second derivative through the += updates
+    return [g.item(), a.grad.item(), b.grad.item(), ga.item(), gb.item(), hab.item()]
+
+
+def test_micrograd_style_scalar_graphs_match_pytorch():
+    np.testing.assert_allclose(_micrograd_style(ta), _micrograd_style(torch), rtol=1e-12)
