@@ -180,6 +180,8 @@ def randn_like(t: Tensor, dtype: Any = None, requires_grad: bool = False, device
 def linspace(start: float, end: float, steps: int, dtype: Any = None, requires_grad: bool = False,
              device: Any = None) -> Tensor:
     check_device(device, "linspace")
+    if dtype is not None and np.dtype(dtype) == np.bool_:
+        raise RuntimeError('linspace(): "linspace_cpu" not implemented for \'Bool\'')
     return _make(np.linspace(check_number(start, "start", "linspace"), check_number(end, "end", "linspace"),
                              int(steps)), dtype, requires_grad)
 

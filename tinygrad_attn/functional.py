@@ -190,8 +190,8 @@ def _choose_kernel(needs_math: bool, op: str) -> str:
     allowed = _allowed_kernels.value.get()
     if needs_math:
         if "math" not in allowed:
-            raise RuntimeError(f"{op}: the attention weights and dropout need the math kernel, "
-                               f"but sdpa_kernel allows only {allowed}")
+            raise RuntimeError(f"{op}: the attention weights, dropout and a mask that requires grad need the math "
+                               f"kernel, but sdpa_kernel allows only {allowed}")
         return "math"
     return "flash" if "flash" in allowed else "math"
 
@@ -278,8 +278,10 @@ def scaled_dot_product_attention(
             f"k and v {v.shape} the same length"
         )
     scale = _scale(scale, q.shape[-1], "scaled_dot_product_attention")
-    mask = _attention_mask(mask, q.shape[:-1] + (k.shape[-2],))
-    kernel = _choose_kernel(return_weights or dropout_p > 0.0, "scaled_dot_product_attention")
+    learned = isinstance(mask, Tensor) and mask.requires_grad  # a float mask that learns: its gradient, as PyTorch
+    checked = _attention_mask(mask, q.shape[:-1] + (k.shape[-2],))
+    mask = mask if learned else checked
+    kernel = _choose_kernel(return_weights or dropout_p > 0.0 or learned, "scaled_dot_product_attention")
     if kernel == "flash":
         return FlashAttention.apply(q, k, v, scale=scale, causal=is_causal, bias=_additive(mask, q.dtype))
     out, weights = attention_math(q, k, v, mask, is_causal, dropout_p, scale)

@@ -330,7 +330,7 @@ class FlashAttention(Function):
         return out.transpose(-3, -2) if packed else out
 
 
-def attention_weights(q: Node, k: Node, mask: np.ndarray | None, is_causal: bool, scale: float) -> Node:
+def attention_weights(q: Node, k: Node, mask: np.ndarray | Node | None, is_causal: bool, scale: float) -> Node:
     """softmax(q k^T * scale + mask) from primitive ops, keys after a query hidden when `is_causal`.
 
     A bool mask adds -inf where hidden, a float mask is added, as PyTorch's math path: a NaN score stays
@@ -338,7 +338,9 @@ def attention_weights(q: Node, k: Node, mask: np.ndarray | None, is_causal: bool
     a later position never reaches an earlier one. Rows that see nothing are 0.
     """
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, Tk)
-    if mask is not None:
+    if isinstance(mask, Node):  # a float mask that requires grad: added as a tensor, so it gets its gradient
+        scores = scores + mask.astype(scores.dtype)
+    elif mask is not None:
         bias = np.where(mask, 0.0, -np.inf) if mask.dtype == np.bool_ else mask
         scores = scores + _constant(scores, bias.astype(scores.dtype))
     keep = np.tri(*scores.shape[-2:], dtype=np.bool_) if is_causal else None  # (Tq, Tk): key j <= query i

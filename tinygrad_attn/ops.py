@@ -441,9 +441,11 @@ class Sum(Rule):
 class Max(Rule):
     """Largest value along `axis`; tied maxima share the gradient evenly."""
 
-    @staticmethod
-    def forward(ctx, a, axis, keepdim):
-        out = a.max(axis=axis, keepdims=True)
+    reduce = staticmethod(np.max)
+
+    @classmethod
+    def forward(cls, ctx, a, axis, keepdim):
+        out = cls.reduce(a, axis=axis, keepdims=True)
         if ctx.needs_input_grad[0]:
             is_max = a == out
             ctx.save_for_backward((is_max / is_max.sum(axis=axis, keepdims=True)).astype(a.dtype))  # each tie's share
@@ -454,6 +456,13 @@ class Max(Rule):
     def backward(ctx, grad):
         (share,) = ctx.saved_tensors
         return grad.reshape(ctx.kept_shape) * share
+
+
+class Min(Max):
+    """Smallest value along `axis` (computed as such: negating would wrap unsigned and INT_MIN values); tied
+    minima share the gradient evenly."""
+
+    reduce = staticmethod(np.min)
 
 
 class CumSum(Rule):

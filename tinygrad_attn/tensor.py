@@ -66,6 +66,7 @@ from .ops import (
     Log,
     MatMul,
     Max,
+    Min,
     Mul,
     Neg,
     Permute,
@@ -102,6 +103,9 @@ def initial_gradient(output: Tensor, gradient: Any, op: str, create_graph: bool)
     if array.shape != output.shape:
         raise ValueError(f"{op}: grad has shape {array.shape}, the output has shape {output.shape}")
     return Tensor._result(array, None) if create_graph else array
+
+
+_SYMBOLS = {Add: "+", Sub: "-", Mul: "*", Div: "/"}
 
 
 class Tensor(Node):
@@ -379,6 +383,10 @@ class Tensor(Node):
         return self.astype(dtype), other.astype(dtype)
 
     def _binary(self, op: type[Function], other: Any, reverse: bool = False) -> Tensor:
+        if not isinstance(other, (Tensor, np.ndarray, np.generic, complex)) and not is_number(other):
+            # a list, a (values, indices) pair, None or a string: PyTorch's TypeError, not a guess at a tensor
+            sides = (type(other).__name__, "Tensor") if reverse else ("Tensor", type(other).__name__)
+            raise TypeError(f"unsupported operand type(s) for {_SYMBOLS[op]}: '{sides[0]}' and '{sides[1]}'")
         a, b = self._promoted(other)
         if op is Div and a._data.dtype.kind != "f":  # true division of integers gives the default float
             a, b = a.astype(DEFAULT_FLOAT), b.astype(DEFAULT_FLOAT)
@@ -402,7 +410,13 @@ class Tensor(Node):
     def __pow__(self, exponent: float) -> Tensor:
         if isinstance(exponent, (Tensor, bool, str)) or not isinstance(exponent, (int, float, np.number)):
             raise TypeError(f"pow: the exponent must be a number, got {exponent!r:.40}")
-        return Pow.apply(self, exponent=exponent)
+        base = self
+        if self.dtype.kind in "iub":
+            if isinstance(exponent, (float, np.floating)):  # an integer tensor to a float power: float32, as PyTorch
+                base = self.astype(DEFAULT_FLOAT)
+            elif exponent < 0:
+                raise RuntimeError("pow: Integers to negative integer powers are not allowed.")
+        return Pow.apply(base, exponent=exponent)
 
     def matmul(self, other: Any) -> Tensor:
         other = self._operand(other)
@@ -470,9 +484,9 @@ class Tensor(Node):
         return Max.apply(self, axis=self._nonempty_dims(dim, "amax"), keepdim=keepdim)
 
     def amin(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
-        check_flag(keepdim, "keepdim", "amin")
-        self._nonempty_dims(dim, "amin")
-        return -((-self).amax(dim, keepdim))
+        """Smallest value over `dim` (all dims by default); the gradient is split evenly among tied minima."""
+        keepdim = check_flag(keepdim, "keepdim", "amin")
+        return Min.apply(self, axis=self._nonempty_dims(dim, "amin"), keepdim=keepdim)
 
     def max(self, dim: Any = None, keepdim: bool = False) -> Any:
         """x.max(): the largest value; x.max(dim): PyTorch's (values, indices) named tuple, the gradient
@@ -600,6 +614,8 @@ class Tensor(Node):
         return out[0] if len(out) == 1 else tuple(out)
 
     def nonzero(self, as_tuple: bool = False) -> Any:
+        if self.ndim == 0 and not as_tuple:  # PyTorch: one row per nonzero element, no column for a 0-d tensor
+            return Tensor._result(np.zeros((int(bool(self._data)), 0), np.int64), None)
         found = np.nonzero(self._data if self.ndim else self._data.reshape(1))
         if as_tuple:
             return tuple(Tensor._result(i.astype(np.int64), None) for i in found)
@@ -607,7 +623,10 @@ class Tensor(Node):
                               None)
 
     def cumsum(self, dim: int) -> Tensor:
-        return CumSum.apply(self, axis=normalize_dim(dim, self.ndim, "cumsum"))
+        axis = normalize_dim(dim, self.ndim, "cumsum")
+        if self.ndim == 0:  # the cumulative sum of one number is itself, 0-d (integers as int64, as PyTorch)
+            return self.astype(np.int64) if self.dtype.kind in "iub" else self.clone()
+        return CumSum.apply(self, axis=axis)
 
     def sin(self) -> Tensor: return Sin.apply(self)
     def cos(self) -> Tensor: return Cos.apply(self)
@@ -736,6 +755,9 @@ class Tensor(Node):
             raise TypeError("scatter: give src (a tensor) or value (a number)")
         if src is None or is_number(src):
             src = Tensor._result(np.full(index.shape, value if src is None else src, self.dtype), None)
+        if isinstance(src, Tensor) and src.dtype != self.dtype:
+            raise RuntimeError(f"scatter(): Expected self.dtype to be equal to src.dtype, got {self.dtype} and "
+                               f"{src.dtype}")
         src = self._operand(src).astype(self.dtype)
         if any(i > n for i, n in zip(index.shape, src.shape)):
             raise ValueError(f"scatter: index of shape {index.shape} is larger than src's {src.shape}")
@@ -950,9 +972,8 @@ class Tensor(Node):
         length = self.shape[axis] if self.ndim else 1
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= length:
             raise ValueError(f"topk: k must be an int in [0, {length}] (the length of dim {dim}), got {k!r}")
-        keys = -self._data if largest else self._data
-        indices = np.argsort(keys, axis=axis, kind="stable")
-        indices = np.take(indices, np.arange(k), axis=axis).astype(np.int64)
+        indices = self.sort(dim=axis, descending=bool(largest)).indices._data if self.ndim else np.zeros(1, np.int64)
+        indices = np.take(indices, np.arange(k), axis=axis if self.ndim else 0)  # no negation: exact for any dtype
         return return_types["topk"](TakeAlongDim.apply(self, indices=indices, axis=axis),
                                     Tensor._result(indices, None))
 
@@ -1083,8 +1104,11 @@ def maximum(a: Any, b: Any) -> Tensor:
 
 
 def minimum(a: Any, b: Any) -> Tensor:
+    """The elementwise smaller of a and b (NaN if either is NaN); ties share the gradient evenly."""
     a = a if isinstance(a, Tensor) else Tensor._wrap(a)
-    return -maximum(-a, -a._operand(b))
+    a, b = a._promoted(b)
+    shape = check_broadcast("minimum", a.shape, b.shape)
+    return stack([a.expand(shape), b.expand(shape)]).amin(0)
 
 
 __all__ = ["Tensor", "cat", "maximum", "minimum", "stack", "where"]
