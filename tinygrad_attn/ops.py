@@ -43,7 +43,7 @@ class _OnArrays:
 
     where = staticmethod(np.where)
     cumsum = staticmethod(np.cumsum)
-    sin, cos, exp = staticmethod(np.sin), staticmethod(np.cos), staticmethod(np.exp)
+    sin, cos, exp, log = staticmethod(np.sin), staticmethod(np.cos), staticmethod(np.exp), staticmethod(np.log)
 
     @staticmethod
     def zeros(shape, like):
@@ -119,6 +119,10 @@ class _OnTensors:
     @staticmethod
     def exp(x):
         return Exp.apply(x)
+
+    @staticmethod
+    def log(x):
+        return Log.apply(x)
 
     @staticmethod
     def zeros(shape, like):
@@ -361,6 +365,84 @@ class Cos(Rule):
     def backward(ctx, grad):
         (a,) = ctx.saved_tensors
         return -grad * on(grad).sin(a)  # d(cos a)/da = -sin a
+
+
+class Elementwise(Rule):
+    """An elementwise function f and its derivative, written once: `derivative(a, out, m)` is f'(a) from the
+    input a and the output out, with m = on(grad) for the functions it needs."""
+
+    function: Any = None
+
+    @classmethod
+    def forward(cls, ctx, a):
+        out = cls.function(a)
+        ctx.save_for_backward(a, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, out = ctx.saved_tensors
+        return grad * ctx.function.derivative(a, out, on(grad))
+
+
+def _elementwise(name: str, function: Any, derivative: Any) -> type:
+    return type(name, (Elementwise,), {"function": staticmethod(function), "derivative": staticmethod(derivative),
+                                       "__doc__": f"{name.lower()}(a), elementwise."})
+
+
+LN2, LN10 = math.log(2.0), math.log(10.0)
+Tan = _elementwise("Tan", np.tan, lambda a, out, m: 1 + out * out)
+Asin = _elementwise("Asin", np.arcsin, lambda a, out, m: (1 - a * a) ** -0.5)
+Acos = _elementwise("Acos", np.arccos, lambda a, out, m: -((1 - a * a) ** -0.5))
+Atan = _elementwise("Atan", np.arctan, lambda a, out, m: 1 / (1 + a * a))
+Sinh = _elementwise("Sinh", np.sinh, lambda a, out, m: (m.exp(a) + m.exp(-a)) * 0.5)  # cosh a
+Cosh = _elementwise("Cosh", np.cosh, lambda a, out, m: (m.exp(a) - m.exp(-a)) * 0.5)  # sinh a
+Asinh = _elementwise("Asinh", np.arcsinh, lambda a, out, m: (a * a + 1) ** -0.5)
+Acosh = _elementwise("Acosh", np.arccosh, lambda a, out, m: (a * a - 1) ** -0.5)
+Atanh = _elementwise("Atanh", np.arctanh, lambda a, out, m: 1 / (1 - a * a))
+Expm1 = _elementwise("Expm1", np.expm1, lambda a, out, m: out + 1)
+Log1p = _elementwise("Log1p", np.log1p, lambda a, out, m: 1 / (1 + a))
+Log2 = _elementwise("Log2", np.log2, lambda a, out, m: 1 / (a * LN2))
+Log10 = _elementwise("Log10", np.log10, lambda a, out, m: 1 / (a * LN10))
+Exp2 = _elementwise("Exp2", np.exp2, lambda a, out, m: out * LN2)
+
+
+class Step(Rule):
+    """A piecewise-constant function (floor, ceil, trunc, round, sign): zero gradient, as PyTorch's."""
+
+    function: Any = None
+
+    @classmethod
+    def forward(cls, ctx, a):
+        return cls.function(a)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return on(grad).zeros(grad.shape, grad)
+
+
+Floor, Ceil, Trunc, Sign = (type(n, (Step,), {"function": staticmethod(f)})
+                            for n, f in (("Floor", np.floor), ("Ceil", np.ceil), ("Trunc", np.trunc),
+                                         ("Sign", np.sign)))
+Round = type("Round", (Step,), {"function": staticmethod(np.round)})  # half to even, as PyTorch's
+
+
+class PowTensor(Rule):
+    """a ** b for a tensor exponent: d/da = b a^(b-1), d/db = a^b log a."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        out = np.power(a, b)
+        ctx.save_for_backward(a, b, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b, out = ctx.saved_tensors
+        need_a, need_b = ctx.needs_input_grad
+        m = on(grad)
+        return (grad * b * a ** (b - 1) if need_a else None,
+                grad * out * m.log(m.where(a == 0, 1, a)) if need_b else None)  # 0 at a = 0, NaN below, as PyTorch
 
 
 _erf = np.frompyfunc(math.erf, 1, 1)

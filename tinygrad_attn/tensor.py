@@ -49,21 +49,36 @@ from .fused import log_softmax, softmax
 from .ops import (
     _TYPE_NAMES,
     Abs,
+    Acos,
+    Acosh,
     Add,
+    Asin,
+    Asinh,
+    Atan,
+    Atanh,
     Cast,
     Cat,
+    Ceil,
     Clamp,
     Clone,
     CopyInto,
     CopySlices,
     Cos,
+    Cosh,
     CumSum,
     Div,
+    Erf,
     Exp,
+    Exp2,
     Expand,
+    Expm1,
+    Floor,
     GetItem,
     IndexPut,
     Log,
+    Log1p,
+    Log2,
+    Log10,
     MatMul,
     Max,
     Min,
@@ -71,16 +86,22 @@ from .ops import (
     Neg,
     Permute,
     Pow,
+    PowTensor,
     Relu,
     Reshape,
+    Round,
     Scatter,
     Sigmoid,
+    Sign,
     Sin,
+    Sinh,
     Sqrt,
     Sub,
     Sum,
     TakeAlongDim,
+    Tan,
     Tanh,
+    Trunc,
     Where,
     _is_dtype_name,
     return_types,
@@ -407,9 +428,15 @@ class Tensor(Node):
     def __rtruediv__(self, other): return self._binary(Div, other, reverse=True)
     def __neg__(self): return Neg.apply(self)
 
-    def __pow__(self, exponent: float) -> Tensor:
-        if isinstance(exponent, (Tensor, bool, str)) or not isinstance(exponent, (int, float, np.number)):
-            raise TypeError(f"pow: the exponent must be a number, got {exponent!r:.40}")
+    def __pow__(self, exponent: Any) -> Tensor:
+        if isinstance(exponent, Tensor):  # a tensor exponent: both operands promoted, broadcast
+            a, b = self._promoted(exponent)
+            if a.dtype.kind != "f" and b.dtype.kind != "f" and np.any(b._data < 0):
+                raise RuntimeError("pow: Integers to negative integer powers are not allowed.")
+            check_broadcast("pow", a.shape, b.shape)
+            return PowTensor.apply(a, b)
+        if isinstance(exponent, (bool, str)) or not isinstance(exponent, (int, float, np.number)):
+            raise TypeError(f"pow: the exponent must be a number or a tensor, got {exponent!r:.40}")
         base = self
         if self.dtype.kind in "iub":
             if isinstance(exponent, (float, np.floating)):  # an integer tensor to a float power: float32, as PyTorch
@@ -417,6 +444,16 @@ class Tensor(Node):
             elif exponent < 0:
                 raise RuntimeError("pow: Integers to negative integer powers are not allowed.")
         return Pow.apply(base, exponent=exponent)
+
+    def __rpow__(self, base: Any) -> Tensor:
+        """number ** tensor, as PyTorch: the base takes the tensor's dtype (a float base and an integer
+        tensor give float32)."""
+        if isinstance(base, (bool, str)) or not is_number(base):
+            raise TypeError(f"unsupported operand type(s) for ** or pow(): '{type(base).__name__}' and 'Tensor'")
+        return self._operand(base) ** self
+
+    def __rmod__(self, other: Any) -> Tensor:
+        return self._operand(other) % self
 
     def matmul(self, other: Any) -> Tensor:
         other = self._operand(other)
@@ -630,6 +667,167 @@ class Tensor(Node):
 
     def sin(self) -> Tensor: return Sin.apply(self)
     def cos(self) -> Tensor: return Cos.apply(self)
+    def _float_op(self, rule: type[Function]) -> Tensor:  # integer and bool inputs give float32, as PyTorch
+        return rule.apply(self if self.dtype.kind == "f" else self.astype(DEFAULT_FLOAT))
+
+    def tan(self) -> Tensor: return self._float_op(Tan)
+    def asin(self) -> Tensor: return self._float_op(Asin)
+    def acos(self) -> Tensor: return self._float_op(Acos)
+    def atan(self) -> Tensor: return self._float_op(Atan)
+    def sinh(self) -> Tensor: return self._float_op(Sinh)
+    def cosh(self) -> Tensor: return self._float_op(Cosh)
+    def asinh(self) -> Tensor: return self._float_op(Asinh)
+    def acosh(self) -> Tensor: return self._float_op(Acosh)
+    def atanh(self) -> Tensor: return self._float_op(Atanh)
+    def expm1(self) -> Tensor: return self._float_op(Expm1)
+    def log1p(self) -> Tensor: return self._float_op(Log1p)
+    def log2(self) -> Tensor: return self._float_op(Log2)
+    def log10(self) -> Tensor: return self._float_op(Log10)
+    def exp2(self) -> Tensor: return self._float_op(Exp2)
+    def erf(self) -> Tensor: return self._float_op(Erf)
+    arcsin, arccos, arctan, arcsinh, arccosh, arctanh = asin, acos, atan, asinh, acosh, atanh
+
+    def floor(self) -> Tensor: return self if self.dtype.kind in "iub" else Floor.apply(self)
+    def ceil(self) -> Tensor: return self if self.dtype.kind in "iub" else Ceil.apply(self)
+    def trunc(self) -> Tensor: return self if self.dtype.kind in "iub" else Trunc.apply(self)
+    def sign(self) -> Tensor: return Sign.apply(self)
+
+    def round(self, decimals: int = 0) -> Tensor:
+        if self.dtype.kind in "iub":
+            return self
+        if decimals:
+            scale = 10.0**decimals
+            return Round.apply(self * scale) / scale
+        return Round.apply(self)
+
+    def isnan(self) -> Tensor: return Tensor._result(np.isnan(self._data), None)
+    def isinf(self) -> Tensor: return Tensor._result(np.isinf(self._data), None)
+    def isfinite(self) -> Tensor: return Tensor._result(np.isfinite(self._data), None)
+
+    def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+        other = self._operand(other)
+        return Tensor._result(np.isclose(self._data, other._data, rtol=rtol, atol=atol, equal_nan=equal_nan), None)
+
+    def logsumexp(self, dim: Any, keepdim: bool = False) -> Tensor:
+        """log(sum(exp(x))) over `dim`, shifted by the (constant) maximum so it never overflows."""
+        keepdim = check_flag(keepdim, "keepdim", "logsumexp")
+        x = self if self.dtype.kind == "f" else self.astype(DEFAULT_FLOAT)
+        axes = normalize_dims(dim, x.ndim, "logsumexp")
+        top = x._data.max(axis=axes, keepdims=True) if x._data.size else np.zeros((1,) * x.ndim, x.dtype)
+        top = Tensor._result(np.where(np.isfinite(top), top, 0).astype(x.dtype), None)
+        out = (x - top).exp().sum(axes, keepdim=True).log() + top  # log sum exp(x - c) + c, c constant
+        return out if keepdim else out.reshape(tuple(n for i, n in enumerate(out.shape) if i not in axes))
+
+    def lerp(self, end: Any, weight: Any) -> Tensor:
+        """self + weight * (end - self), as torch.lerp."""
+        return self + (self._operand(end) - self) * weight
+
+    def where(self, condition: Any, other: Any) -> Tensor:
+        """self where condition holds, else other (PyTorch's Tensor.where)."""
+        return where(condition, self, other)
+
+    def tril(self, diagonal: int = 0) -> Tensor:
+        return self._triangle(diagonal, lower=True)
+
+    def triu(self, diagonal: int = 0) -> Tensor:
+        return self._triangle(diagonal, lower=False)
+
+    def _triangle(self, diagonal: int, lower: bool) -> Tensor:
+        name = "tril" if lower else "triu"
+        if self.ndim < 2:
+            raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions, got shape {self.shape}")
+        if isinstance(diagonal, bool) or not isinstance(diagonal, (int, np.integer)):
+            raise TypeError(f"{name}: diagonal must be an int, got {diagonal!r}")
+        below = np.tri(*self.shape[-2:], k=int(diagonal) if lower else int(diagonal) - 1, dtype=bool)
+        return self.masked_fill(~below if lower else below, 0)  # j <= i + diagonal kept (tril), or dropped (triu)
+
+    def flip(self, *dims: Any) -> Tensor:
+        """A copy with the order of `dims` reversed (PyTorch's flip copies; it is not a view)."""
+        dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+        axes = normalize_dims(dims, self.ndim, "flip")
+        return self[tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(self.ndim))].clone()
+
+    def roll(self, shifts: Any, dims: Any = None) -> Tensor:
+        """Entries moved `shifts` places along `dims` (the flattened tensor when dims is None), wrapping round."""
+        if dims is None:
+            return self.flatten().roll(shifts, 0).reshape(self.shape)
+        shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
+        dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+        if len(shifts) != len(dims):
+            raise RuntimeError(f"roll: shifts {shifts} and dims {dims} must have the same length")
+        out = self
+        for shift, dim in zip(shifts, dims):
+            axis = normalize_dim(dim, self.ndim, "roll")
+            n = self.shape[axis]
+            if n:
+                order = (np.arange(n) - int(shift)) % n
+                out = out[(slice(None),) * axis + (order,)]
+        return out
+
+    def repeat(self, *sizes: Any) -> Tensor:
+        """The tensor tiled `sizes` times along each dim (leading new dims when there are more sizes)."""
+        sizes = tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes
+        if len(sizes) < self.ndim or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0
+                                         for n in sizes):
+            raise RuntimeError(f"repeat: sizes {sizes} must be non-negative ints, at least one per dim of "
+                               f"{self.shape}")
+        shape = (1,) * (len(sizes) - self.ndim) + self.shape
+        x = self.reshape(tuple(d for n in shape for d in (1, n)))  # (1, n0, 1, n1, ...)
+        x = x.expand(tuple(d for r, n in zip(sizes, shape) for d in (r, n)))  # (r0, n0, r1, n1, ...)
+        return x.reshape(tuple(r * n for r, n in zip(sizes, shape))).clone()
+
+    def repeat_interleave(self, repeats: Any, dim: int | None = None) -> Tensor:
+        """Each entry repeated `repeats` times along `dim` (the flattened tensor when dim is None)."""
+        if dim is None:
+            return self.flatten().repeat_interleave(repeats, 0)
+        axis = normalize_dim(dim, self.ndim, "repeat_interleave")
+        counts = repeats._data if isinstance(repeats, Tensor) else np.asarray(repeats)
+        if counts.dtype.kind not in "iu" or np.any(counts < 0) or counts.ndim > 1 or (
+                counts.ndim == 1 and counts.size != self.shape[axis]):
+            raise RuntimeError(f"repeat_interleave: repeats must be a non-negative int or {self.shape[axis]} of "
+                               f"them, got {_short(repeats)}")
+        order = np.repeat(np.arange(self.shape[axis]), counts)
+        return self[(slice(None),) * axis + (order,)]
+
+    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
+        axis = normalize_dim(dim, self.ndim, "unbind")
+        return tuple(self[(slice(None),) * axis + (i,)] for i in range(self.shape[axis]))
+
+    def outer(self, other: Any) -> Tensor:
+        other = check_tensor(other, "outer", "vec2")
+        if self.ndim != 1 or other.ndim != 1:
+            raise RuntimeError(f"outer: both operands must be 1-D, got shapes {self.shape} and {other.shape}")
+        return self.unsqueeze(1) * other.unsqueeze(0)
+
+    def gather(self, dim: int, index: Any) -> Tensor:
+        """out[i][j] = self[index[i][j]][j] for dim 0, likewise for any dim; repeated indices add their gradients."""
+        axis = normalize_dim(dim, self.ndim, "gather")
+        idx = check_tensor(index, "gather", "index")
+        if idx.dtype.kind not in "iu" or idx.ndim != self.ndim:
+            raise RuntimeError(f"gather: index must be an int64 tensor with {self.ndim} dims, got {idx.dtype} of "
+                               f"shape {idx.shape}")
+        if any(n > m for i, (n, m) in enumerate(zip(idx.shape, self.shape)) if i != axis):
+            raise RuntimeError(f"gather: index of shape {idx.shape} is larger than the input's {self.shape} "
+                               f"outside dim {dim}")
+        length = self.shape[axis]
+        if idx.numel() and (idx._data.min() < -length or idx._data.max() >= length):
+            raise IndexError(f"gather: index out of range for dim {dim} of length {length}")
+        grid = list(np.ix_(*(np.arange(n) for n in idx.shape))) if idx.ndim else []
+        grid[axis] = idx
+        return self[tuple(grid)]
+
+    def masked_select(self, mask: Any) -> Tensor:
+        """The entries where the bool mask (broadcast with self) is True, as a 1-D tensor."""
+        mask = check_tensor(mask, "masked_select", "mask")
+        if mask.dtype != np.bool_:
+            raise RuntimeError(f"masked_select: expected a bool mask, got {mask.dtype}")
+        shape = check_broadcast("masked_select", self.shape, mask.shape)
+        return self.expand(shape)[Tensor._result(np.broadcast_to(mask._data, shape).copy(), None)]
+
+    def unflatten(self, dim: int, sizes: Any) -> Tensor:
+        axis = normalize_dim(dim, self.ndim, "unflatten")
+        sizes = resolve_shape(tuple(sizes), (self.shape[axis],), "unflatten")
+        return self.reshape(self.shape[:axis] + sizes + self.shape[axis + 1:])
     def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
     def reciprocal(self) -> Tensor: return 1.0 / self
     def square(self) -> Tensor: return self * self

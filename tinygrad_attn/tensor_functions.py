@@ -24,6 +24,40 @@ def _method(name: str) -> Any:
     return function
 
 
+acos = _method("acos")
+acosh = _method("acosh")
+asin = _method("asin")
+asinh = _method("asinh")
+atan = _method("atan")
+atanh = _method("atanh")
+ceil = _method("ceil")
+cosh = _method("cosh")
+erf = _method("erf")
+exp2 = _method("exp2")
+expm1 = _method("expm1")
+flip = _method("flip")
+floor = _method("floor")
+gather = _method("gather")
+isclose = _method("isclose")
+isfinite = _method("isfinite")
+isinf = _method("isinf")
+isnan = _method("isnan")
+lerp = _method("lerp")
+log10 = _method("log10")
+log1p = _method("log1p")
+log2 = _method("log2")
+logsumexp = _method("logsumexp")
+masked_select = _method("masked_select")
+outer = _method("outer")
+repeat_interleave = _method("repeat_interleave")
+roll = _method("roll")
+round = _method("round")  # noqa: A001
+sign = _method("sign")
+sinh = _method("sinh")
+tan = _method("tan")
+trunc = _method("trunc")
+unbind = _method("unbind")
+unflatten = _method("unflatten")
 abs = _method("abs")  # noqa: A001
 add = _method("add")
 sub = _method("sub")
@@ -174,4 +208,8 @@ __all__ = [
     "mean", "median", "min", "minimum", "nonzero", "norm", "numel", "permute", "pow", "relu", "reshape", "rsqrt",
     "sigmoid", "sin", "softmax", "sort", "split", "sqrt", "square", "squeeze", "std", "sum", "tanh", "transpose",
     "unique", "unsqueeze", "var",
+    "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cosh", "erf", "exp2", "expm1", "flip", "floor",
+    "gather", "isclose", "isfinite", "isinf", "isnan", "lerp", "log10", "log1p", "log2", "logsumexp",
+    "masked_select", "outer", "repeat_interleave", "roll", "round", "sign", "sinh", "tan", "trunc", "unbind",
+    "unflatten",
 ]

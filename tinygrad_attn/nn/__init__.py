@@ -1,6 +1,27 @@
 """Layers with PyTorch's conventions: Module, Linear, LayerNorm, Embedding, MultiHeadAttention, Transformer blocks."""
 
 from . import functional, init, utils
+from .activations import (
+    CELU,
+    ELU,
+    SELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    Identity,
+    LeakyReLU,
+    LogSigmoid,
+    LogSoftmax,
+    Mish,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Softmax,
+    Softplus,
+    Softsign,
+    Tanh,
+    Tanhshrink,
+)
 from .attention import KVCache, MultiHeadAttention, MultiheadAttention
 from .layers import (
     GELU,
@@ -24,6 +45,25 @@ from .transformer import (
 )
 
 __all__ = [
+    "CELU",
+    "ELU",
+    "Hardsigmoid",
+    "Hardswish",
+    "Hardtanh",
+    "Identity",
+    "LeakyReLU",
+    "LogSigmoid",
+    "LogSoftmax",
+    "Mish",
+    "ReLU6",
+    "SELU",
+    "SiLU",
+    "Sigmoid",
+    "Softmax",
+    "Softplus",
+    "Softsign",
+    "Tanh",
+    "Tanhshrink",
     "BCELoss",
     "BCEWithLogitsLoss",
     "CrossEntropyLoss",

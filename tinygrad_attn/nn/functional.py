@@ -4,6 +4,23 @@ One namespace over the two modules that hold the code: tinygrad_attn.functional 
 dropout, attention, the fused cross-entropy) and tinygrad_attn.losses (the losses, pad, one_hot).
 """
 
+from ..activations import (
+    celu,
+    elu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
+    logsigmoid,
+    mish,
+    normalize,
+    relu6,
+    selu,
+    silu,
+    softplus,
+    softsign,
+    tanhshrink,
+)
 from ..functional import (
     dropout,
     gelu,
@@ -41,6 +58,8 @@ def linear(input, weight, bias=None):  # noqa: A002
     return out if bias is None else out + bias
 
 
-__all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "gelu", "kl_div",
+__all__ = ["celu", "elu", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "logsigmoid", "mish", "normalize",
+           "relu6", "selu", "silu", "softplus", "softsign", "tanhshrink",
+           "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "gelu", "kl_div",
            "l1_loss", "layer_norm", "linear", "log_softmax", "mse_loss", "nll_loss", "one_hot", "packed_self_attention",
            "pad", "relu", "scaled_dot_product_attention", "sigmoid", "softmax", "tanh"]
