@@ -27,7 +27,7 @@ CASES = [
     ("complex dtype", lambda: ta.Tensor([1.0], dtype=np.complex64), TypeError, "unsupported dtype complex64"),
     ("string data", lambda: ta.Tensor(["a"]), TypeError, r"unsupported dtype <U1.*\['a'\]"),
     ("huge input echoed short", lambda: ta.Tensor([["a"] * 100_000]), TypeError, r"\.\.\.\)?$"),
-    ("pow by a string", lambda: x32 ** "2", TypeError, "exponent must be a number, got '2'"),
+    ("pow by a string", lambda: x32 ** "2", TypeError, "exponent must be a number or a tensor, got '2'"),
     ("reshape by a string", lambda: x32.reshape("a", 2), TypeError, "reshape: sizes must be ints"),
     ("reshape by a float", lambda: x32.reshape(3, 2.5), TypeError, r"sizes must be ints, got \(3, 2.5\)"),
     ("view needs a copy", lambda: x32.T.view(6), RuntimeError, r"contiguous\(\)"),
