@@ -15,13 +15,72 @@ def test_round_trip_of_nested_dict_and_model(tmp_path):
     path = tmp_path / "ckpt.npz"
     ta.save({"model": model.state_dict(), "step": 7, "note": "hello", "t": ta.Tensor([1.0, 2.0])}, path)
     loaded = ta.load(path)
-    assert loaded["step"] == 7 and str(loaded["note"]) == "hello"
-    np.testing.assert_array_equal(loaded["t"], [1.0, 2.0])
+    assert loaded["step"] == 7 and type(loaded["step"]) is int and loaded["note"] == "hello"
+    assert isinstance(loaded["t"], ta.Tensor) and loaded["t"].tolist() == [1.0, 2.0]
     other = nn.MultiHeadAttention(8, 2)
-    other.load_state_dict({k[len("model."):]: v for k, v in loaded.items() if k.startswith("model.")})
+    other.load_state_dict(loaded["model"])
     for (name, p), q in zip(model.named_parameters(), other.parameters()):
         np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy(), err_msg=name)
     assert os.listdir(tmp_path) == ["ckpt.npz"]  # no temporary left behind
+
+
+def test_a_nanogpt_style_checkpoint_comes_back_with_its_structure_and_types(tmp_path):
+    model = nn.Linear(3, 2)
+    optimizer = ta.optim.AdamW(model.parameters())
+    model(ta.randn(4, 3)).sum().backward()
+    optimizer.step()
+    checkpoint = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                  "model_args": {"n_layer": 2, "bias": True, "dropout": 0.1, "name": "gpt", "vocab": None},
+                  "iter_num": 3, "best_val_loss": float("inf"), "nan": float("nan"), "big": 2**70,
+                  "config": {"betas": (0.9, 0.95), "ragged": [[1, 2], [3]], 0: "int key"},
+                  "scalar": np.float32(2.5), "array": np.arange(4, dtype=np.int16),
+                  "grad_leaf": ta.tensor([1.0], requires_grad=True), "empty": {}, "nothing": []}
+    ta.save(checkpoint, tmp_path / "ckpt.pt")
+    back = ta.load(tmp_path / "ckpt.pt", map_location="cpu", weights_only=True)
+    assert back["model_args"] == checkpoint["model_args"] and back["iter_num"] == 3
+    assert back["best_val_loss"] == float("inf") and np.isnan(back["nan"]) and back["big"] == 2**70
+    assert back["config"] == {"betas": (0.9, 0.95), "ragged": [[1, 2], [3]], 0: "int key"}
+    assert type(back["config"]["betas"]) is tuple and type(back["scalar"]) is np.float32
+    assert back["array"].dtype == np.int16 and back["array"].tolist() == [0, 1, 2, 3]
+    assert back["grad_leaf"].requires_grad and not back["model"]["weight"].requires_grad
+    assert back["empty"] == {} and back["nothing"] == []
+    fresh = nn.Linear(3, 2)
+    fresh.load_state_dict(back["model"])
+    again = ta.optim.AdamW(fresh.parameters())
+    again.load_state_dict(back["optimizer"])
+    for k, v in optimizer.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(again.state_dict()[k]), np.asarray(v), err_msg=k)
+
+
+@pytest.mark.parametrize("bad", [object(), {"f": print}, [1, {2, 3}], {"k": ta.nn.Linear(2, 2)}, {(1, 2): 3}])
+def test_what_cannot_be_stored_without_pickle_is_refused_at_save_time(tmp_path, bad):
+    with pytest.raises(TypeError, match="save: "):
+        ta.save(bad, tmp_path / "x.npz")
+    assert os.listdir(tmp_path) == []  # nothing written
+
+
+@pytest.mark.parametrize("structure", ['{"tensor": 5}', '{"dict": [[{"str": "a"}]]}', '{"int": "1e9"}', '"x"',
+                                       '{"list": ' * 200 + '[]' + '}' * 200, '{"pickle": "os.system"}',
+                                       "not json"])
+def test_a_tampered_structure_is_one_clear_error(tmp_path, structure):
+    path = tmp_path / "t.npz"
+    np.savez(path, **{"0": np.ones(2), "__structure__": np.asarray(structure)})
+    with pytest.raises(ValueError, match="load: .*structure"):
+        ta.load(path)
+
+
+def test_map_location_takes_the_cpu_only(tmp_path):
+    ta.save({"w": ta.ones(2)}, tmp_path / "w.npz")
+    for where in (None, "cpu", ta.device("cpu"), {"cuda:0": "cpu"}):
+        assert ta.load(tmp_path / "w.npz", map_location=where)["w"].tolist() == [1.0, 1.0]
+    with pytest.raises(RuntimeError, match="cuda"):
+        ta.load(tmp_path / "w.npz", map_location="cuda:0")
+
+
+def test_an_archive_of_flat_arrays_written_before_the_structure_still_loads(tmp_path):
+    np.savez(tmp_path / "old.npz", **{"model.w": np.ones(2), "step": np.asarray(3)})
+    loaded = ta.load(tmp_path / "old.npz")
+    assert set(loaded) == {"model.w", "step"} and int(loaded["step"]) == 3
 
 
 def test_failed_write_leaves_previous_checkpoint_and_no_temporary(tmp_path):

@@ -1,15 +1,20 @@
-"""Checkpoints as plain .npz files: no pickle, written atomically.
+"""Checkpoints as plain .npz files: no pickle, written atomically, read back as they were saved.
 
-`save(obj, path)` takes a dict whose values are arrays, Tensors, numbers,
-strings or nested dicts (flattened to dotted keys: {"model": {"w": ...}} is
-stored as "model.w"). It writes a temporary file in the same folder, then
-renames it over `path` with os.replace, so a reader (or a crash) never sees
-half a file. `load(path)` returns the flat dict of arrays, read with
-allow_pickle=False, so a checkpoint cannot run code.
+`save(obj, path)` takes what PyTorch programs save: dicts, lists and tuples, nested, of tensors, numpy
+arrays and scalars, Python ints, floats, bools, strings and None (a nanoGPT checkpoint: {"model":
+state_dict, "optimizer": ..., "model_args": {...}, "iter_num": 3}). Each tensor and array is one .npy
+member of the archive; the structure around them is a JSON document (member `__structure__`), so `load`
+returns the same structure with the same types: tensors as tensors (with their requires_grad), arrays as
+arrays, 3 as the int 3. Anything else (an arbitrary object) is a clear error when saving, never a pickle.
+The file is written to a temporary beside `path`, then renamed over it with os.replace, so a reader (or a
+crash) never sees half a file. `load` checks every member (plain .npy arrays, declared sizes within a
+limit) and the structure's document before building anything. Archives written before the structure
+existed load as the flat dict of arrays they hold.
 
 A path ending in `.safetensors` is written in that format instead (the one Hugging Face and PyTorch users
 exchange weights in: an 8-byte header length, a JSON table of names, dtypes, shapes and byte offsets, then
-the raw little-endian bytes), and `load` reads it back, checking the table before it reads any data.
+the raw little-endian bytes), and `load` reads it back, checking the table before it reads any data. That
+format holds a flat table of tensors: nested dicts are flattened to dotted names.
 """
 
 from __future__ import annotations
@@ -25,7 +30,102 @@ from typing import Any
 
 import numpy as np
 
+from .engine import check_device, device
 from .tensor import Tensor
+
+STRUCTURE = "__structure__"
+MAX_DEPTH = 64  # nesting a checkpoint's structure may have (a deeper document is refused, never a RecursionError)
+KINDS = "tensors, numpy arrays and scalars, ints, floats, bools, strings, None, and dicts, lists and tuples of them"
+
+
+def _array(value: Any, where: str) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype.kind not in "biufcSU":
+        raise TypeError(f"save: {where} is an object array ({type(value).__name__}); only plain arrays are saved")
+    return array
+
+
+def _encode(value: Any, where: str, arrays: list[np.ndarray], depth: int = 0) -> Any:
+    """value as a JSON document, its tensors and arrays appended to `arrays` (the document names their index)."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"save: {where} is nested more than {MAX_DEPTH} levels deep")
+    if isinstance(value, Tensor):
+        arrays.append(_array(value._data, where))
+        return {"tensor": len(arrays) - 1, "requires_grad": bool(value.requires_grad)}
+    if isinstance(value, (np.ndarray, np.generic)):
+        arrays.append(_array(value, where))
+        return {"array" if isinstance(value, np.ndarray) else "scalar": len(arrays) - 1}
+    if value is None or isinstance(value, (bool, str)):
+        return {"none": None} if value is None else {"bool": value} if isinstance(value, bool) else {"str": value}
+    if isinstance(value, int):
+        return {"int": str(value)}  # as text: any size, exactly
+    if isinstance(value, float):
+        return {"float": repr(value)}  # repr round-trips every float, inf and nan included
+    if isinstance(value, Mapping):
+        items = []
+        for key, item in value.items():
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise TypeError(f"save: {where} has a key of type {type(key).__name__}; keys are strings or numbers")
+            items.append([_encode(key, where, arrays, depth + 1),
+                          _encode(item, f"{where}[{key!r}]", arrays, depth + 1)])
+        return {"dict": items}
+    if isinstance(value, (list, tuple)):
+        kind = "list" if isinstance(value, list) else "tuple"
+        return {kind: [_encode(item, f"{where}[{i}]", arrays, depth + 1) for i, item in enumerate(value)]}
+    raise TypeError(f"save: {where} is a {type(value).__name__}; a checkpoint holds {KINDS} (nothing is pickled)")
+
+
+def _decode(doc: Any, arrays: dict[str, np.ndarray], path: str, depth: int = 0) -> Any:
+    """The structure a document describes, each array taken from `arrays` by its index; any other shape of
+    document is a clear error."""
+    def bad(what: str) -> ValueError:
+        return ValueError(f"load: {path}: its structure is malformed ({what})")
+
+    if depth > MAX_DEPTH:
+        raise bad(f"nested more than {MAX_DEPTH} levels deep")
+    if not isinstance(doc, dict) or len(doc) not in (1, 2):
+        raise bad(f"an entry {str(doc)[:60]}")
+    kind = next(iter(doc))
+    value = doc[kind]
+    if kind in ("tensor", "array", "scalar"):
+        if isinstance(value, bool) or not isinstance(value, int) or str(value) not in arrays:
+            raise bad(f"{kind} {str(value)[:20]} names no array of the archive")
+        array = arrays[str(value)]
+        if kind == "array":
+            return array
+        if kind == "scalar":
+            return array[()]
+        t = Tensor._result(array, None)
+        if doc.get("requires_grad") is True and array.dtype.kind == "f":
+            t.requires_grad = True
+        return t
+    if len(doc) != 1:
+        raise bad(f"an entry {str(doc)[:60]}")
+    if kind == "none" and value is None:
+        return None
+    if (kind == "bool" and isinstance(value, bool)) or (kind == "str" and isinstance(value, str)):
+        return value
+    if kind == "int" and isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    if kind == "float" and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            raise bad(f"float {value[:20]!r}") from None
+    if kind in ("list", "tuple") and isinstance(value, list):
+        items = [_decode(item, arrays, path, depth + 1) for item in value]
+        return items if kind == "list" else tuple(items)
+    if kind == "dict" and isinstance(value, list):
+        out = {}
+        for pair in value:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise bad("a dict entry that is not a key and a value")
+            key = _decode(pair[0], arrays, path, depth + 1)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise bad(f"a key of type {type(key).__name__}")
+            out[key] = _decode(pair[1], arrays, path, depth + 1)
+        return out
+    raise bad(f"an entry {str(doc)[:60]}")
 
 
 def _flatten(obj: Mapping, prefix: str, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -51,16 +151,23 @@ MAX_BYTES = 4 << 30
 """The largest checkpoint `load` reads by default, counted from the sizes its arrays declare (4 GiB)."""
 
 
-def save(obj: Mapping[str, Any], path: str | os.PathLike) -> None:
-    """Write `obj` (a possibly nested dict of arrays) to `path` as .npz, atomically.
+def save(obj: Any, path: str | os.PathLike) -> None:
+    """Write `obj` (dicts, lists and tuples of tensors, arrays, numbers, strings, bools and None) to `path` as
+    .npz, atomically; `load` gives back the same structure and types. With a `.safetensors` path, a (possibly
+    nested) dict of tensors and arrays, flattened to dotted names.
 
     The temporary file is `.tmp-<name>-*.npz` beside the target; ones a killed writer left for the same
     target are removed by the next save.
     """
-    if not isinstance(obj, Mapping):
-        raise TypeError(f"save: expected a dict of arrays, got {type(obj).__name__}")
-    flat = _flatten(obj, "", {})
     path = os.fspath(path)
+    if path.endswith(".safetensors"):
+        if not isinstance(obj, Mapping):
+            raise TypeError(f"save: a .safetensors file holds a dict of tensors, got {type(obj).__name__}")
+        flat = _flatten(obj, "", {})
+    else:
+        arrays: list[np.ndarray] = []
+        structure = json.dumps(_encode(obj, "the object", arrays), separators=(",", ":"))
+        flat = {str(i): a for i, a in enumerate(arrays)} | {STRUCTURE: np.asarray(structure)}
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"save: cannot write {path}: the folder {folder} does not exist")
@@ -126,12 +233,18 @@ def _member_arrays(archive: zipfile.ZipFile, path: str, max_bytes: int) -> dict[
     return members
 
 
-def load(path: str | os.PathLike, max_bytes: int = MAX_BYTES) -> dict[str, np.ndarray]:
-    """Read a checkpoint written by `save`: a flat dict, dotted key -> array.
+def load(path: str | os.PathLike, map_location: Any = None, weights_only: Any = None, mmap: Any = None,
+         max_bytes: int = MAX_BYTES) -> Any:
+    """Read a checkpoint written by `save`: the structure it was given, with the same types.
 
     Every member is checked before anything is read: each must be an .npy array of a plain dtype
     (pickles are refused), and the sizes the arrays declare must add up to at most `max_bytes`.
+    `map_location` may be None, "cpu" or a CPU device (everything loads onto the CPU, the only device);
+    `weights_only` and `mmap` are accepted as PyTorch takes them (nothing here ever runs code).
     """
+    _check_location(map_location)
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise TypeError(f"load: max_bytes must be a non-negative int, got {max_bytes!r}")
     path = os.fspath(path)
     if os.path.isdir(path):
         raise IsADirectoryError(f"load: {path} is a folder, not a checkpoint")
@@ -143,7 +256,17 @@ def load(path: str | os.PathLike, max_bytes: int = MAX_BYTES) -> dict[str, np.nd
         with zipfile.ZipFile(path) as archive:
             _member_arrays(archive, path, max_bytes)
         with np.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
+            flat = {name: archive[name] for name in archive.files}
+        if STRUCTURE not in flat:  # written before checkpoints kept their structure: the flat dict
+            return flat
+        document = flat.pop(STRUCTURE)
+        if document.dtype.kind != "U" or document.ndim:
+            raise ValueError(f"load: {path}: its structure is not a JSON document")
+        try:
+            doc = json.loads(str(document))
+        except (json.JSONDecodeError, RecursionError):
+            raise ValueError(f"load: {path}: its structure is not valid JSON (or is nested too deeply)") from None
+        return _decode(doc, flat, path)
     except FileNotFoundError:
         raise FileNotFoundError(f"load: no checkpoint at {path}") from None
     except zipfile.BadZipFile:
@@ -154,6 +277,16 @@ def load(path: str | os.PathLike, max_bytes: int = MAX_BYTES) -> dict[str, np.nd
         if message.startswith("load: "):
             raise ValueError(message) from None
         raise ValueError(f"load: {path} is not a readable checkpoint ({type(err).__name__}: {message[:200]})") from None
+
+
+def _check_location(map_location: Any) -> None:
+    """None, "cpu", a CPU device, or a dict mapping locations to "cpu": the one place anything can load to."""
+    values = list(map_location.values()) if isinstance(map_location, Mapping) else [map_location]
+    for value in values:
+        if callable(value) and not isinstance(value, (str, device)):
+            raise TypeError("load: map_location as a function is not supported here; everything loads onto the CPU "
+                            "(pass 'cpu' or leave it out)")
+        check_device(value, "load: map_location")
 
 
 # --- .safetensors --------------------------------------------------------------------------------------------
