@@ -73,7 +73,8 @@ def test_every_pytorch_name_in_the_table_exists_and_every_public_name_is_listed(
     rows = _supported_names()
     where = {"torch": ta, "torch` dtypes": ta, "torch.autograd": ta.autograd,
              "torch.autograd.functional": ta.autograd.functional,
-             "torch.func": ta.func, "torch.Tensor": ta.ones(2, 2), "torch.nn": ta.nn,
+             "torch.func": ta.func, "torch.amp": ta.amp, "torch.distributed": ta.distributed,
+             "torch.nn.attention": ta.nn.attention, "torch.Tensor": ta.ones(2, 2), "torch.nn": ta.nn,
              "torch.nn.init": ta.nn.init, "torch.nn.utils": ta.nn.utils, "torch.nn.functional": ta.nn.functional,
              "torch.optim": ta.optim, "torch.optim.lr_scheduler": ta.optim.lr_scheduler,
              "torch.utils.data": ta.utils.data, "this library's own": ta}

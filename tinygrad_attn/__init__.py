@@ -11,7 +11,23 @@ PyTorch programs run with `import tinygrad_attn as torch` (and `tinygrad_attn.nn
 `.optim`, `.utils.data` likewise): the names below are PyTorch's, with PyTorch's semantics.
 """
 
-from . import autograd, debug, dtypes, func, functional, interop, losses, nn, optim, runtime, tasks, utils, viz
+from . import (
+    amp,
+    autograd,
+    debug,
+    distributed,
+    dtypes,
+    func,
+    functional,
+    interop,
+    losses,
+    nn,
+    optim,
+    runtime,
+    tasks,
+    utils,
+    viz,
+)
 from .autograd import GradcheckError, gradcheck, gradgradcheck
 from .creation import (
     arange,
@@ -104,6 +120,7 @@ from .tensor_functions import (
     chunk,
     clamp,
     clip,
+    compile,  # noqa: A004
     cos,
     cosh,
     cuda,
@@ -191,15 +208,12 @@ __version__ = "0.1.0"
 
 # Names PyTorch programs meet that are not here, with what to use instead.
 _INSTEAD = {
-    "compile": "call the model directly (there is no compiler to hand it to)",
     "jit": "call the model directly",
     "einsum": "matmul (@), permute and sum",
     "gather": "indexing with integer tensors, or topk/sort's indices with take_along_dim-style indexing",
     "Generator": "ta.manual_seed(seed), or a numpy Generator passed as generator=",
     "set_default_dtype": "dtype= on each factory (the default float is float32)",
-    "distributed": "a single process (tinygrad_attn runs on one machine's CPU)",
-    "amp": "float32 (there is no mixed precision here)",
-    "autocast": "float32 (there is no mixed precision here)",
+    "autocast": "ta.amp.autocast (float32: there is no mixed precision here)",
     "load_state_dict_from_url": "ta.load on a local .npz or .safetensors file",
     "hub": "ta.load on a local .npz or .safetensors file",
     "baddbmm": "a @ b + c",
@@ -218,6 +232,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "amp", "compile", "distributed",
     "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cosh", "erf", "exp2", "expm1", "flip", "floor",
     "gather", "isclose", "isfinite", "isinf", "isnan", "lerp", "log10", "log1p", "log2", "logsumexp",
     "masked_select", "outer", "repeat_interleave", "roll", "round", "sign", "sinh", "tan", "trunc", "unbind",

@@ -129,10 +129,12 @@ def randint(low: int, high: int | None = None, size: Any = None, dtype: Any = No
             device: Any = None) -> Tensor:
     """Integers in [low, high) (or [0, low) when high is omitted), int64, from the framework's generator."""
     check_device(device, "randint")
+    if isinstance(high, (tuple, list)) and size is None:  # randint(high, size), as PyTorch takes it
+        high, size = None, high
     if high is None:
         low, high = 0, low
     if size is None:
-        raise TypeError("randint: size is required, as in PyTorch: randint(low, high, (n,))")
+        raise TypeError("randint: size is required, as in PyTorch: randint(high, (n,)) or randint(low, high, (n,))")
     for name, value in (("low", low), ("high", high)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"randint: {name} must be an int, got {value!r}")

@@ -12,6 +12,7 @@ float mask is added to the scores (0 or -inf). Masks broadcast against
 from __future__ import annotations
 
 import contextlib
+import enum
 import math
 import threading
 from typing import Any
@@ -141,6 +142,18 @@ def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reducti
 # --- scaled dot-product attention: two implementations behind one seam -------------------------------
 
 SDPA_KERNELS = ("math", "flash")
+
+
+class SDPBackend(enum.IntEnum):
+    """PyTorch's names of attention backends (torch.nn.attention.SDPBackend): MATH is the math path here, and
+    the fused ones (FLASH_ATTENTION, EFFICIENT_ATTENTION, CUDNN_ATTENTION) are the one fused kernel, flash."""
+
+    ERROR = -1
+    MATH = 0
+    FLASH_ATTENTION = 1
+    EFFICIENT_ATTENTION = 2
+    CUDNN_ATTENTION = 3
+    OVERRIDEABLE = 4
 _allowed_kernels = ScopedSetting("tinygrad_attn_sdpa_kernels", SDPA_KERNELS)
 
 
@@ -160,7 +173,11 @@ class sdpa_kernel(contextlib.ContextDecorator):
     def __init__(self, *kernels: str | list[str] | tuple[str, ...]):
         names = []
         for k in kernels:
-            if isinstance(k, str):
+            if isinstance(k, SDPBackend) or (isinstance(k, (list, tuple)) and k and all(isinstance(n, SDPBackend)
+                                                                                       for n in k)):
+                names.extend("math" if b == SDPBackend.MATH else "flash" for b in (k if isinstance(k, (list, tuple))
+                                                                                    else (k,)))
+            elif isinstance(k, str):
                 names.append(k)
             elif isinstance(k, (list, tuple)) and all(isinstance(n, str) for n in k):
                 names.extend(k)
@@ -309,4 +326,4 @@ def packed_self_attention(qkv: Tensor, mask: Any = None, is_causal: bool = False
 
 
 __all__ = ["cross_entropy", "dropout", "gelu", "layer_norm", "log_softmax", "packed_self_attention", "relu",
-           "scaled_dot_product_attention", "sdpa_kernel", "softmax"]
+           "scaled_dot_product_attention", "SDPBackend", "sdpa_kernel", "softmax"]

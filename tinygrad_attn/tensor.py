@@ -338,6 +338,12 @@ class Tensor(Node):
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self._data if dtype is None else self._data.astype(dtype)
 
+    def __format__(self, spec: str) -> str:
+        """f"{t:.4f}" formats a one-element tensor's value, as PyTorch does; other tensors print as str(t)."""
+        if self._data.size == 1 and self.ndim == 0:
+            return format(self._data.item(), spec)
+        return format(str(self), spec)
+
     def __len__(self) -> int:
         if self.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
@@ -478,7 +484,17 @@ class Tensor(Node):
     def add(self, other, alpha=1): return self + (other if alpha == 1 else self._operand(other) * alpha)
     def sub(self, other, alpha=1): return self - (other if alpha == 1 else self._operand(other) * alpha)
     def mul(self, other): return self * other
-    def div(self, other): return self / other
+    def div(self, other: Any, rounding_mode: str | None = None) -> Tensor:
+        """self / other; rounding_mode "trunc" or "floor" rounds the quotient (integers stay integers)."""
+        if rounding_mode is None:
+            return self / other
+        if rounding_mode not in ("trunc", "floor"):
+            raise ValueError(f'div expected rounding_mode to be one of None, "trunc", or "floor" but found '
+                             f"{rounding_mode!r}")
+        a, b = self._promoted(other)
+        quotient = a / b
+        rounded = quotient.trunc() if rounding_mode == "trunc" else quotient.floor()
+        return rounded if a.dtype.kind == "f" else rounded.astype(a.dtype)
     def neg(self): return -self
     def pow(self, exponent): return self ** exponent
     def lt(self, other): return self < other
@@ -1237,8 +1253,7 @@ class Tensor(Node):
             raise TypeError(f"masked_fill: mask must be bool, got dtype {mask.dtype}")
         if isinstance(value, (bool, str)) or not isinstance(value, (int, float, np.number)):
             raise TypeError(f"masked_fill: value must be a number, got {value!r:.40}")
-        if check_broadcast("masked_fill", mask.shape, self.shape) != self.shape:
-            raise ValueError(f"masked_fill: mask of shape {mask.shape} does not broadcast to the tensor's {self.shape}")
+        check_broadcast("masked_fill", mask.shape, self.shape)  # the result has the broadcast shape, as PyTorch's
         cond = original if isinstance(original, Tensor) else Tensor(mask)  # a mask tensor changed later is caught
         return Where.apply(cond, Tensor(np.asarray(value, dtype=self.dtype)), self)
 

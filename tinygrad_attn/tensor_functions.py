@@ -6,11 +6,12 @@ method, in tensor.py) and these are its PyTorch spellings.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
-from . import dtypes
+from . import amp, dtypes
 from .checks import check_tensor
 from .tensor import Tensor, maximum, minimum
 
@@ -175,7 +176,10 @@ ByteTensor = _typed(dtypes.uint8, "ByteTensor")
 
 
 class cuda:  # noqa: N801  (torch.cuda's name)
-    """torch.cuda on a machine without one: is_available() is False, device_count() is 0."""
+    """torch.cuda on a machine without one: is_available() is False, device_count() is 0; `cuda.amp` is
+    `ta.amp` (autocast and GradScaler, which change nothing here)."""
+
+    amp = amp
 
     @staticmethod
     def is_available() -> bool:
@@ -193,14 +197,50 @@ class cuda:  # noqa: N801  (torch.cuda's name)
 
 
 class backends:  # noqa: N801
+    """torch.backends on a CPU: the switches programs set (TF32, cuDNN's autotuner) are accepted and change
+    nothing, as on a CPU-only PyTorch."""
+
     class mps:  # noqa: N801
         @staticmethod
         def is_available() -> bool:
             return False
 
+    class cuda:  # noqa: N801
+        class matmul:  # noqa: N801
+            allow_tf32 = False
+            allow_fp16_reduced_precision_reduction = True
+
+        @staticmethod
+        def is_built() -> bool:
+            return False
+
+    class cudnn:  # noqa: N801
+        enabled, benchmark, deterministic, allow_tf32 = True, False, False, True
+
+        @staticmethod
+        def is_available() -> bool:
+            return False
+
+
+_compile_noted = False
+
+
+def compile(model: Any = None, **options: Any) -> Any:  # noqa: A001  (PyTorch's name)
+    """torch.compile: there is no compiler to hand a model to, so the model (or function) is returned as it
+    is and runs eagerly (the fused kernels are compiled by numba anyway); a note says so once per process."""
+    global _compile_noted
+    if not _compile_noted:
+        _compile_noted = True
+        warnings.warn("torch.compile: tinygrad_attn runs the model eagerly (its kernels are already compiled)",
+                      stacklevel=2)
+    if model is None:  # used as @torch.compile(mode=...)
+        return lambda fn: fn
+    return model
+
 
 __all__ = [
-    "BoolTensor", "ByteTensor", "DoubleTensor", "FloatTensor", "IntTensor", "LongTensor", "abs", "add", "all",
+    "compile", "BoolTensor", "ByteTensor", "DoubleTensor", "FloatTensor", "IntTensor", "LongTensor", "abs", "add",
+    "all",
     "allclose", "div", "eq", "ge", "gt", "le", "lt", "mul", "ne", "neg", "sub",
     "amax", "amin", "any", "argmax", "argmin", "argsort", "backends", "bmm", "chunk", "clamp", "clip", "cos",
     "cuda", "cumsum", "equal", "exp", "flatten", "get_default_dtype", "is_floating_point", "is_tensor", "kthvalue",

@@ -7,6 +7,7 @@ tensor has fan_in = fan_out = its length (PyTorch refuses fans of tensors below 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -116,5 +117,25 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
     return _fill(tensor, values, "trunc_normal_")
 
 
-__all__ = ["calculate_gain", "constant_", "kaiming_uniform_", "normal_", "ones_", "trunc_normal_", "uniform_",
-           "xavier_normal_", "xavier_uniform_", "zeros_"]
+__all__ = ["constant", "kaiming_uniform", "normal", "uniform", "xavier_normal", "xavier_uniform", "calculate_gain",
+           "constant_", "kaiming_uniform_", "normal_", "ones_", "trunc_normal_", "uniform_", "xavier_normal_",
+           "xavier_uniform_", "zeros_"]
+
+
+def _deprecated(function: Any, name: str) -> Any:
+    """PyTorch's deprecated spelling without the trailing underscore (nn.init.normal), doing the same."""
+
+    def alias(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    alias.__name__ = alias.__qualname__ = name
+    alias.__doc__ = f"Deprecated alias of {function.__name__} (PyTorch keeps it too)."
+    return alias
+
+
+uniform = _deprecated(uniform_, "uniform")
+normal = _deprecated(normal_, "normal")
+constant = _deprecated(constant_, "constant")
+xavier_uniform = _deprecated(xavier_uniform_, "xavier_uniform")
+xavier_normal = _deprecated(xavier_normal_, "xavier_normal")
+kaiming_uniform = _deprecated(kaiming_uniform_, "kaiming_uniform")

@@ -129,8 +129,9 @@ class RandomSampler(Sampler):
 
     def __iter__(self) -> Iterator[int]:
         g, n = _generator(self.generator), len(self.data_source)
-        if self.replacement:
-            return iter(g.integers(0, n, self.num_samples).tolist())
+        if self.replacement:  # drawn lazily, 32 at a time as PyTorch does: num_samples may be huge
+            return (int(i) for start in range(0, self.num_samples, 32)
+                    for i in g.integers(0, n, min(32, self.num_samples - start)))
         rounds = [g.permutation(n) for _ in range(math.ceil(self.num_samples / n))] if n else []
         return iter(np.concatenate(rounds)[: self.num_samples].tolist() if rounds else [])
 
