@@ -124,6 +124,11 @@ def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reducti
     if logits.ndim == 0:
         raise ValueError(f"cross_entropy: logits must be (N, C) or (N, C, d1, ...), got shape {logits.shape}")
     rows, flat_target = class_rows(logits, target, "cross_entropy")  # (M, C), (M,)
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)) or not (
+            -2**63 <= ignore_index < 2**63):
+        raise TypeError(f"cross_entropy: ignore_index must be an int64, got {ignore_index!r} (Overflow when unpacking "
+                        "long)")
+    ignore_index = int(ignore_index)
     counted = flat_target != ignore_index
     flat_target = flat_target.astype(np.int64)
     count = int(counted.sum())
@@ -285,7 +290,7 @@ def scaled_dot_product_attention(
     if len({q.dtype, k.dtype, v.dtype}) > 1:
         raise TypeError(f"scaled_dot_product_attention: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, "
                         f"{v.dtype}")
-    if q.ndim < 2 or len({q.shape[:-2], k.shape[:-2], v.shape[:-2]}) != 1:
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or len({q.shape[:-2], k.shape[:-2], v.shape[:-2]}) != 1:
         raise ValueError(
             f"scaled_dot_product_attention: q, k, v need the same leading dims, got {q.shape}, {k.shape}, {v.shape}"
         )
@@ -294,6 +299,7 @@ def scaled_dot_product_attention(
             f"scaled_dot_product_attention: q {q.shape} and k {k.shape} need the same last dim, "
             f"k and v {v.shape} the same length"
         )
+    check_number(dropout_p, "dropout_p", "scaled_dot_product_attention", 0.0, 1.0)
     scale = _scale(scale, q.shape[-1], "scaled_dot_product_attention")
     learned = isinstance(mask, Tensor) and mask.requires_grad  # a float mask that learns: its gradient, as PyTorch
     checked = _attention_mask(mask, q.shape[:-1] + (k.shape[-2],))

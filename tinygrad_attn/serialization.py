@@ -328,22 +328,33 @@ def _read_safetensors(f: Any, path: str, max_bytes: int) -> dict[str, np.ndarray
     n = int.from_bytes(head, "little")
     if n > min(size - 8, 100 << 20):
         raise ValueError(f"load: {path} is not a readable checkpoint (not an .npz archive nor a .safetensors file)")
+    def unique(pairs: list) -> dict:
+        names = [k for k, _ in pairs]
+        if len(set(names)) != len(names):
+            twice = sorted({k for k in names if names.count(k) > 1})[:3]
+            raise ValueError(f"load: {path}: the .safetensors header names {twice} more than once")
+        return dict(pairs)
+
     try:
-        table = json.loads(f.read(n))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        table = json.loads(f.read(n), object_pairs_hook=unique)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise ValueError(f"load: {path} is not a readable checkpoint (its .safetensors header is not JSON)") from None
     if not isinstance(table, dict):
         raise ValueError(f"load: {path}: the .safetensors header is not a table of tensors")
     table.pop("__metadata__", None)
     entries, end = [], 0
     for name, entry in table.items():
-        try:
-            dtype = np.dtype(_SAFETENSORS_DTYPES[entry["dtype"]])
-            shape = tuple(int(d) for d in entry["shape"])
-            begin, stop = (int(o) for o in entry["data_offsets"])
-        except (KeyError, TypeError, ValueError):
+        def whole(values: Any) -> bool:  # a JSON list of non-negative integers (not bools, floats or a string)
+            return isinstance(values, list) and all(type(v) is int and v >= 0 for v in values)
+
+        if (not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}
+                or entry["dtype"] not in _SAFETENSORS_DTYPES or not whole(entry["shape"])
+                or not whole(entry["data_offsets"]) or len(entry["data_offsets"]) != 2):
             raise ValueError(f"load: {path}: the .safetensors entry {name!r} is malformed or of an unsupported "
-                             f"dtype ({str(entry)[:80]})") from None
+                             f"dtype ({str(entry)[:80]})")
+        dtype = np.dtype(_SAFETENSORS_DTYPES[entry["dtype"]])
+        shape = tuple(entry["shape"])
+        begin, stop = entry["data_offsets"]
         if any(d < 0 for d in shape) or stop - begin != int(np.prod(shape, dtype=object)) * dtype.itemsize:
             raise ValueError(f"load: {path}: {name!r} declares shape {shape} but {stop - begin} bytes")
         entries.append((begin, stop, name, dtype, shape))
@@ -358,5 +369,8 @@ def _read_safetensors(f: Any, path: str, max_bytes: int) -> dict[str, np.ndarray
     if 8 + n + end != size:
         raise ValueError(f"load: {path}: the file holds {size - 8 - n} bytes of data, its header declares {end}")
     data = f.read(end)
+    for begin, stop, name, dtype, _ in entries:
+        if dtype == np.bool_ and np.frombuffer(data[begin:stop], np.uint8).max(initial=0) > 1:
+            raise ValueError(f"load: {path}: the BOOL tensor {name!r} holds bytes other than 0 and 1")
     return {name: np.frombuffer(data, dtype, offset=begin, count=int(np.prod(shape))).reshape(shape)
             .astype(dtype.newbyteorder("="), copy=True) for begin, _, name, dtype, shape in entries}

@@ -911,8 +911,10 @@ class Tensor(Node):
         """result's values into this tensor's memory, or one clear error if they do not fit."""
         if result.shape != self.shape and np.broadcast_shapes(result.shape, self.shape) != self.shape:
             raise RuntimeError(f"{op}: the result of shape {result.shape} does not fit this tensor's {self.shape}")
-        if result.dtype.kind == "f" and self.dtype.kind in "iub":
-            raise RuntimeError(f"{op}: result type {result.dtype} can't be cast to this tensor's {self.dtype}")
+        narrowing = result.dtype.kind == "f" and self.dtype.kind in "iub"
+        if narrowing or (self.dtype.kind == "b" and result.dtype.kind != "b"):  # PyTorch's rule for in-place ops
+            raise RuntimeError(f"{op}: result type {result.dtype} can't be cast to the desired output type "
+                               f"{self.dtype}")
         np.copyto(self._data, result._data, casting="unsafe")
 
     def add_(self, other: Any, alpha: float = 1) -> Tensor:

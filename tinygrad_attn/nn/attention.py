@@ -313,6 +313,11 @@ def _torch_masks(attn_mask: Any, key_padding_mask: Any, batched: bool, heads: in
     """PyTorch's attn_mask (True = blocked, or additive floats) and key_padding_mask (True = padding) as one
     mask of this library's kind: bool True = may attend when both are bool, else additive floats."""
     masks = []
+    for name, given in (("attn_mask", attn_mask), ("key_padding_mask", key_padding_mask)):
+        kind = np.asarray(given._data if isinstance(given, Tensor) else given).dtype.kind if given is not None else "b"
+        if kind not in "bf":  # PyTorch's rule: an integer 0/1 mask would be added to the scores and mask nothing
+            raise TypeError(f"MultiheadAttention: only bool and floating types of {name} are supported, got an "
+                            f"{'integer' if kind in 'iu' else kind} mask; use .bool() (True = blocked)")
     if attn_mask is not None:
         m = np.asarray(attn_mask._data if isinstance(attn_mask, Tensor) else attn_mask)
         if m.ndim == 3 and batched:  # (B * H, T, S) -> (B, H, T, S)

@@ -137,9 +137,12 @@ class Optimizer:
         if not isinstance(state, dict):
             raise TypeError(f"{name}.load_state_dict: expected a dict of arrays, got {type(state).__name__}")
         expected = self.state_dict()
-        missing = sorted(set(expected) - set(state))
+        missing, unexpected = sorted(set(expected) - set(state)), sorted(map(str, set(state) - set(expected)))
         if missing:
             raise KeyError(f"{name}.load_state_dict: missing keys {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        if unexpected:  # a key this optimizer has no place for: another optimizer's state, or a tampered file
+            raise KeyError(f"{name}.load_state_dict: unexpected keys {unexpected[:5]}"
+                           f"{' ...' if len(unexpected) > 5 else ''}")
         values = {}
         for key, current in expected.items():
             value = np.asarray(state[key])

@@ -141,6 +141,10 @@ class RandomSampler(Sampler):
 
 class BatchSampler(Sampler):
     def __init__(self, sampler: Any, batch_size: int, drop_last: bool):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size!r}")
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"drop_last should be a boolean value, but got drop_last={drop_last!r}")
         self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -173,7 +177,9 @@ def default_collate(batch: list[Any]) -> Any:
         return default_collate([Tensor(x) for x in batch])
     if isinstance(first, (bool, np.bool_)):
         return Tensor(np.asarray(batch, dtype=np.bool_))
-    if isinstance(first, (int, np.integer)):
+    if isinstance(first, np.integer):  # numpy scalars keep their dtype, as PyTorch keeps it
+        return Tensor(np.asarray(batch, dtype=first.dtype))
+    if isinstance(first, int):
         return Tensor(np.asarray(batch, dtype=np.int64))
     if isinstance(first, (float, np.floating)):
         return Tensor(np.asarray(batch, dtype=np.float64 if isinstance(first, float) else first.dtype))
