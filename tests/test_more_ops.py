@@ -139,3 +139,13 @@ def test_activation_modules_against_pytorch():
         ours = getattr(ta.nn, name)(*args)(ta.tensor(x)).numpy()
         theirs = getattr(torch.nn, name)(*args)(torch.tensor(x)).numpy()
         np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-14, err_msg=name)
+
+
+@pytest.mark.parametrize("p", [2, 3, 2.0, 3.0, 0.5, -1, -1.0, -2.0, -0.5, 1.5])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_powers_computed_as_products_and_roots_match_numpys_pow(p, dtype):
+    x = np.random.default_rng(0).uniform(0.1, 3.0, 1000).astype(dtype)
+    ours = (ta.tensor(x) ** p).numpy()
+    assert ours.dtype == dtype
+    np.testing.assert_allclose(ours, x.astype(np.float64) ** p, rtol=4 * np.finfo(dtype).eps)
+    assert ta.gradgradcheck(lambda t: t**p, [ta.tensor(x[:5].astype(np.float64), requires_grad=True)])

@@ -251,12 +251,33 @@ class Neg(Rule):
         return -grad
 
 
+def power(a: np.ndarray, p: Any) -> np.ndarray:
+    """a ** p, with the exponents models use as products and square roots (PyTorch's fast paths): numpy's
+    power with a float exponent calls libm's pow per element, 75 times slower than x * x * x."""
+    if p == 2:
+        return a * a
+    if p == 3:
+        return a * a * a
+    if p == 0.5:
+        return np.sqrt(a)
+    if a.dtype.kind == "f":
+        if p == -1:
+            return 1 / a
+        if p == -2:
+            return 1 / (a * a)
+        if p == -0.5:
+            return 1 / np.sqrt(a)
+        if p == 1.5:
+            return a * np.sqrt(a)
+    return a**p
+
+
 class Pow(Rule):
     @staticmethod
     def forward(ctx, a, exponent):
         ctx.save_for_backward(a)
         ctx.exponent = exponent
-        return a**exponent
+        return power(a, exponent)
 
     @staticmethod
     def backward(ctx, grad):
@@ -264,7 +285,7 @@ class Pow(Rule):
         p = ctx.exponent
         if p == 0:  # a^0 = 1 everywhere, 0^0 included: no gradient (p a^(p-1) would be 0 * inf at 0)
             return on(grad).zeros(grad.shape, grad)
-        return grad * p * a ** (p - 1)  # d(a^p)/da = p a^(p-1)
+        return grad * p * (a ** (p - 1) if isinstance(a, Node) else power(a, p - 1))  # d(a^p)/da = p a^(p-1)
 
 
 class Exp(Rule):
