@@ -213,3 +213,21 @@ def test_a_real_sigint_during_training_exits_130_with_one_line(tmp_path):
     assert proc.returncode == 130, err[-2000:]
     assert err.strip().count("\n") == 0 and "Traceback" not in err and "--resume" in err, err[-2000:]
     assert ta.load(out / "checkpoint.npz")  # intact
+
+
+def test_a_finished_run_is_never_replaced_without_being_asked(tmp_path, capsys):
+    out = str(tmp_path / "reverse")
+    base = ["train", "--task", "reverse", "--no-progress", "--no-plot", "--out", out]
+    assert cli.main([*base, "--steps", "3"]) == 0
+    capsys.readouterr()
+    before = (tmp_path / "reverse" / "checkpoint.npz").read_bytes()
+    assert cli.main([*base, "--steps", "2"]) == 2  # a second run into the same folder: refused, nothing done
+    message = _error(capsys)
+    assert "already holds a run" in message and "--resume" in message and "--overwrite" in message
+    assert (tmp_path / "reverse" / "checkpoint.npz").read_bytes() == before
+    assert cli.main([*base, "--steps", "2", "--resume", "--overwrite"]) == 2
+    assert "contradict" in _error(capsys)
+    assert cli.main([*base, "--steps", "4", "--resume"]) == 0  # continuing it is fine
+    assert cli.main([*base, "--steps", "2", "--overwrite"]) == 0  # and so is replacing it, when asked
+    capsys.readouterr()
+    assert ta.load(tmp_path / "reverse" / "checkpoint.npz")["trainer/step"] == 2

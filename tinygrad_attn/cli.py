@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--out", help="run folder (default: runs/<task>)")
     train.add_argument("--checkpoint-every", type=int, default=200, help="write checkpoint.npz every K steps")
     train.add_argument("--resume", action="store_true", help="continue from the run folder's checkpoint")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace the run the folder holds (without it, a folder with a run is refused)")
     train.add_argument("--threads", type=int, default=1,
                        help="threads for tinygrad_attn's parallel work, BLAS then on one (default 1)")
     train.add_argument("--target", type=float,
@@ -101,6 +103,12 @@ def _train(args: argparse.Namespace) -> None:
     out = args.out or os.path.join("runs", args.task)
     if args.resume and not os.path.exists(os.path.join(out, "checkpoint.npz")):
         raise ValueError(f"--resume: no checkpoint.npz in {out}")
+    if args.resume and args.overwrite:
+        raise ValueError("--resume and --overwrite contradict each other: continue the run, or replace it")
+    if not args.resume and not args.overwrite and os.path.exists(os.path.join(out, "checkpoint.npz")):
+        # a trained model is the user's work: never replaced without being asked
+        raise ValueError(f"{out} already holds a run (checkpoint.npz): continue it with --resume, train into "
+                         "another folder with --out, or replace it with --overwrite")
     _check_out(out)
     if args.threads < 1:
         raise ValueError(f"--threads must be at least 1, got {args.threads}")
