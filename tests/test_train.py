@@ -159,3 +159,23 @@ def test_the_held_out_metric_is_a_curve_even_when_the_run_stops_at_its_first_eva
                                 target=1.0))  # one scheduled evaluation, at step 50
     evaluated = [h for h in metrics["history"] if h["accuracy"] is not None]
     assert metrics["steps"] == 50 and len(evaluated) == 5 and [h["step"] for h in evaluated] == [10, 20, 30, 40, 50]
+
+
+@pytest.mark.parametrize("key, value", [("num_layers", 100000), ("nhead", 7), ("d_model", 10**6)])
+def test_a_tampered_run_config_is_refused_before_any_model_is_built(tmp_path, key, value):
+    """A run folder is validated whole before a model is built: a config edited to 100,000 layers is one clear
+    error, not an allocation the machine cannot hold (checked in a subprocess capped at 2 GiB)."""
+    train(quick(tmp_path, "tampered", steps=1))
+    path = tmp_path / "tampered" / "checkpoint.npz"
+    state = ta.load(path)
+    config = json.loads(str(state["trainer/config"]))
+    config[key] = value
+    state["trainer/config"] = np.asarray(json.dumps(config))
+    ta.save(state, path)
+    script = ("import resource, sys\n"
+              "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+              "from tinygrad_attn.train import load_run\n"
+              f"load_run({str(tmp_path / 'tampered')!r})\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "ValueError" in proc.stderr and "MemoryError" not in proc.stderr
+    assert key in proc.stderr.strip().splitlines()[-1]

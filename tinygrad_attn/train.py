@@ -110,11 +110,22 @@ def check_config_against_weights(config: dict[str, Any], weights: dict[str, Any]
     ff = shape("ff.linear1.weight")
     if ff is not None and len(ff) == 2:
         checks.append(("dim_feedforward", ff[0]))
+    groups: dict[str, set[int]] = {}  # layers.N. (a causal LM), encoder.N. and decoder.N. (a seq2seq model)
+    for key in weights:
+        parts = key.split(".")
+        if len(parts) > 2 and parts[0] in ("layers", "encoder", "decoder") and parts[1].isdigit():
+            groups.setdefault(parts[0], set()).add(int(parts[1]))
+    for layers in groups.values():
+        checks.append(("num_layers", len(layers)))
     for key, expected in checks:
         value = config.get(key)
         if value is not None and value != expected:
             raise ValueError(f"{path}: the run's config says {key} {value!r} but its weights have {expected}; "
                              "the config was changed after training")
+    heads, width = config.get("nhead"), config.get("d_model")
+    if heads is not None and (isinstance(heads, bool) or not isinstance(heads, int) or heads < 1
+                              or (isinstance(width, int) and width % heads)):
+        raise ValueError(f"{path}: the run's config says nhead {heads!r}, which does not divide d_model {width!r}")
 
 
 def save_checkpoint(path: str, model: Module, optimizer: AdamW, step: int, config: TrainConfig,
@@ -149,6 +160,7 @@ def load_checkpoint(path: str) -> dict[str, Any]:
         raise ValueError(f"{path}: trainer/config is not valid JSON") from None
     if not isinstance(parts["trainer"]["config"], dict) or "task" not in parts["trainer"]["config"]:
         raise ValueError(f"{path}: trainer/config names no task")
+    check_config_against_weights(parts["trainer"]["config"], parts["model"], path)  # before any model is built
     return parts
 
 
@@ -172,7 +184,6 @@ def load_run(out: str) -> tuple[Task, Module, dict[str, Any]]:
     if not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint in {out} (expected {path})")
     parts = load_checkpoint(path)
-    check_config_against_weights(parts["trainer"]["config"], parts["model"], path)
     try:
         task = build_task(parts["trainer"]["config"])
     except (ValueError, TypeError, KeyError) as err:  # the saved config, not a flag of this command
