@@ -213,7 +213,15 @@ class Tensor(Node):
     dtype = property(lambda self: self._data.dtype)
     ndim = property(lambda self: self._data.ndim)
     is_leaf = property(lambda self: self._ctx is None)
-    grad_fn = property(lambda self: self._ctx)
+    @property
+    def grad_fn(self) -> Context | None:
+        """The node that made this tensor (None for a leaf); a view whose base changed in place since is read
+        through the base's new node, as PyTorch regenerates a view's grad_fn when it is asked for."""
+        seen = self._view_of
+        if seen is not None and seen[3]._ctx is not seen[4] and is_grad_enabled():
+            refresh_view(self)
+        return self._ctx
+
     _version = property(lambda self: self._version_counter[0])
     retains_grad = property(lambda self: self._retains_grad)
     device = property(lambda self: _CPU)
@@ -865,6 +873,12 @@ class Tensor(Node):
         if not self._data.flags.writeable:
             raise RuntimeError(f"{op}: this tensor's data (shape {self.shape}) is a read-only view (from expand); "
                                "clone() it first")
+        seen = self._view_of
+        stale = seen is not None and seen[3]._ctx is not seen[4]  # a view whose base changed in place since
+        if stale and is_grad_enabled() and not self.requires_grad and seen[3].requires_grad:
+            raise RuntimeError(f"{op}: a leaf Variable that requires grad is being used in an in-place operation "
+                               "(a view made before its base joined the graph: use it in an op, or read its "
+                               "grad_fn, before changing it in place, as PyTorch requires)")
         recording = is_grad_enabled() and (self.requires_grad or any(
             isinstance(o, Tensor) and o.requires_grad for o in operands))
         if not recording:
@@ -873,8 +887,7 @@ class Tensor(Node):
             self._write(op, result)
             self.bump_version()
             return self
-        seen = self._view_of
-        if seen is not None and seen[3]._ctx is not seen[4]:
+        if stale:
             refresh_view(self)
         root, chain = view_chain(self)
         if root.requires_grad and root._ctx is None:
@@ -1212,6 +1225,7 @@ class Tensor(Node):
             self.bump_version()
             return
         value = value if isinstance(value, Tensor) else Tensor._result(np.asarray(value, self.dtype), None)
+        self.grad_fn  # noqa: B018  (x[i] = v reads x first, so a view whose base changed is read anew, as PyTorch)
         self._in_place("setitem", lambda t: IndexPut.apply(t, value.astype(t.dtype), index=index), value)
 
     def permute(self, *dims: Any) -> Tensor:
