@@ -60,6 +60,12 @@ OPS = {
     "topk_sort_max": (lambda m, a: a.topk(2, dim=-1).values ** 2 + a.sort(dim=-1).values[:, :2] * a.max(dim=-1,
                       keepdim=True).values, 1, None),
     "clamp_sqrt_rsqrt": (lambda m, a: (a.clamp(-1.0, 1.0) * (a * a + 1).rsqrt()) ** 2, 1, None),
+    "trig_hyperbolic": (lambda m, a: (a * 0.5).tan() * a.asinh() + a.atan() * a.sinh() + (a * 0.5).cosh(), 1, None),
+    "expm1_log1p_logsumexp": (lambda m, a: a.expm1() * (a * a).log1p() + a.logsumexp(1, keepdim=True), 1, None),
+    "activations": (lambda m, a: F_of(m).silu(a) * F_of(m).softplus(a, 2.0) + F_of(m).elu(a) * F_of(m).mish(a)
+                    + F_of(m).logsigmoid(a) * F_of(m).selu(a), 1, None),
+    "powers_gather_lerp": (lambda m, a, b: 2.0 ** a * (a * a + 0.5) ** b
+                           + a.gather(1, m.tensor([[0, 0, 2, 1]] * 3)) * a.lerp(b, 0.25), 2, None),
 }
 
 

@@ -93,7 +93,8 @@ def test_activations_are_twice_differentiable(name, data, shape):
 @pytest.mark.parametrize("name", sorted(UNARY) + ["floor", "ceil", "trunc", "round", "sign", "isnan", "isinf",
                                                   "isfinite", "logsumexp", "flip", "roll", "repeat",
                                                   "repeat_interleave", "gather", "masked_select", "tril", "triu",
-                                                  "rpow", "tensor_pow", "outer", "unbind", "unflatten", "erf"]
+                                                  "rpow", "tensor_pow", "outer", "unbind", "unflatten", "erf",
+                                                  "lerp", "where", "isclose", "div_floor"]
                          + ACTIVATIONS)
 def test_against_pytorch(name):
     torch = pytest.importorskip("torch")
@@ -109,6 +110,8 @@ def test_against_pytorch(name):
         "triu": lambda m, t: t.triu(1), "rpow": lambda m, t: 3.0 ** t, "tensor_pow": lambda m, t: (t * t) ** t,
         "outer": lambda m, t: t[0].outer(t[1]), "unbind": lambda m, t: m.stack(t.unbind(1)),
         "unflatten": lambda m, t: t.unflatten(1, (2, 2)),
+        "lerp": lambda m, t: t.lerp(t * t, 0.3), "where": lambda m, t: t.where(t > 0, t * 3),
+        "isclose": lambda m, t: t.isclose(t + 1e-9), "div_floor": lambda m, t: (t * 7).div(2, rounding_mode="floor"),
     }
     if name in ACTIVATIONS:
         call = lambda m, t: getattr(F if m is ta else torch.nn.functional, name)(t * 4)  # noqa: E731

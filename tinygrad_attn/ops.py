@@ -253,7 +253,7 @@ class Neg(Rule):
 
 def power(a: np.ndarray, p: Any) -> np.ndarray:
     """a ** p, with the exponents models use as products and square roots (PyTorch's fast paths): numpy's
-    power with a float exponent calls libm's pow per element, 75 times slower than x * x * x."""
+    power with a float exponent calls libm's pow for every element, far slower than x * x * x."""
     if p == 2:
         return a * a
     if p == 3:
