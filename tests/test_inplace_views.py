@@ -227,3 +227,17 @@ def test_random_programs_of_views_and_in_place_writes_match_pytorch(steps, seed)
         assert ours[1] is None or not np.any(ours[1])
     else:
         np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-9, atol=1e-12)
+
+
+def test_writes_through_views_are_gradchecked_to_second_order():
+    """CopySlices (a write through a view) against finite differences, first and second derivatives."""
+    weights = ta.tensor(np.arange(1.0, 7.0).reshape(2, 3), dtype=ta.float64)
+
+    def written(w):
+        buf = ta.zeros(2, 3, dtype=ta.float64)
+        buf.T[1:].copy_((w * w).T)  # columns 1 and 2 of buf, through a transposed view
+        buf[:, 0].add_(w.sum(1))  # column 0, through a strided view
+        return (buf * weights).sum() * buf.sum()
+
+    w = ta.tensor(np.random.default_rng(0).normal(size=(2, 2)), requires_grad=True)
+    assert ta.gradcheck(written, [w]) and ta.gradgradcheck(written, [w])

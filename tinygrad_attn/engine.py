@@ -201,7 +201,7 @@ class Context:
     `inputs` are the parent tensors (the graph's edges), `needs_input_grad` says which of them want a
     gradient, `saved_tensors` holds the arrays the forward chose to keep and `kwargs` its other
     arguments. Any other attribute (a shape, an axis) may be set on it freely. `output` is a weak
-    reference to the tensor the op made (alive while anything can still reach this node).
+    reference to the tensor the op made, kept only when that tensor has hooks or retains its gradient.
     """
 
     # Fixed fields in slots (one is made per op: no dict to allocate unless a rule sets an attribute of its own):
@@ -301,7 +301,9 @@ class _SavedAsTensors:
 
 
 def _output_of(ctx: Context) -> Node:
-    """The tensor ctx's op made: alive while its node is reachable, else made again from the same inputs."""
+    """The tensor ctx's op made, for a higher-order backward that saved it: the tensor itself when the node keeps
+    a reference (a watched tensor), else the op applied again to the same inputs (the same values, and a node
+    whose derivative is the same)."""
     out = ctx.output() if ctx.output is not None else None  # known when watched
     return out if out is not None else ctx.function.apply(*ctx.inputs, **ctx.kwargs)
 
