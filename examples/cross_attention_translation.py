@@ -9,11 +9,12 @@ import sys
 import numpy as np
 
 import tinygrad_attn as ta
+from tinygrad_attn.runs import TrainConfig, load_run
 from tinygrad_attn.tasks import get_task
-from tinygrad_attn.train import TrainConfig, load_run, train
+from tinygrad_attn.train import train
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 400
-metrics = train(TrainConfig(task="translate", steps=steps, out="runs/translate-example", progress=False, plot=False))
+metrics = train(TrainConfig(task="translate", steps=steps, out="runs/translate-example", progress=False))
 print(f"trained {metrics['steps']} steps in {metrics['seconds']:.1f} s, exact match {metrics['accuracy']:.2f}")
 
 task, model, _ = load_run("runs/translate-example")

@@ -11,8 +11,9 @@ import pytest
 import tinygrad_attn as ta
 from tinygrad_attn import cli
 from tinygrad_attn import train as train_module
+from tinygrad_attn.runs import TrainConfig
 from tinygrad_attn.serialization import load, save
-from tinygrad_attn.train import TrainConfig, train
+from tinygrad_attn.train import train
 
 SMALL = ["--steps", "6", "--batch-size", "4", "--d-model", "16", "--heads", "2", "--layers", "1",
          "--dim-feedforward", "32", "--no-progress", "--no-plot", "--checkpoint-every", "3"]
@@ -62,6 +63,27 @@ def test_resume_refuses_an_edited_data_file_and_another_block_size(tmp_path, tex
     assert code == 2 and "trained with --block-size 16, got 8" in _error(capsys)
 
 
+@pytest.mark.parametrize("history, message", [
+    ("[" * 100_000 + "]" * 100_000, "trainer/history is not valid JSON (or is nested too deeply)"),
+    ('{"step": 3}', "trainer/history must be a list"),
+    ('[{"step": "3", "loss": 1.0}]', "trainer/history entry 0 is not a {step, loss, ...} record"),
+    ('[{"step": 3, "loss": [1]}]', "trainer/history entry 0"),
+])
+def test_a_tampered_history_is_one_clear_error_for_every_command(tmp_path, text_file, history, message, capsys):
+    run = _text_run(tmp_path, text_file)
+    path = str(run / "checkpoint.npz")
+    flat = load(path)
+    flat["trainer/history"] = np.asarray(history)
+    save(flat, path)
+    for argv in (["generate", "--run", str(run), "--prompt", "the", "--tokens", "3"],
+                 ["explain", "--run", str(run), "--input", "the", "--out", str(tmp_path / "p.html")],
+                 ["train", "--task", "text", "--data", str(text_file), "--out", str(run), "--resume", "--steps", "9",
+                  "--no-progress", "--no-plot"]):
+        code = cli.main(argv)
+        err = _error(capsys)
+        assert code == 2 and message in err and "checkpoint.npz" in err, (argv[0], err)
+
+
 def _tamper(run, **changes):
     path = str(run / "checkpoint.npz")
     flat = load(path)
@@ -72,9 +94,13 @@ def _tamper(run, **changes):
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"task_state": {"vocab": "aab", "block_size": 16}}, "distinct characters"),
-    ({"task_state": {"vocab": 7, "block_size": 16}}, "distinct characters"),
+    ({"task_state": {"vocab": "aab", "block_size": 16}}, "saved vocabulary does not match its weights"),
+    ({"task_state": {"vocab": 7, "block_size": 16}}, "saved vocabulary does not match its weights"),
     ({"d_model": 10 ** 6}, "says d_model 1000000 but its weights have 16"),
+    ({"num_layers": 100_000}, "says num_layers 100000 but its weights have 1"),
+    ({"block_size": 10 ** 9}, "says block_size 1000000000 but its weights have 16"),
+    ({"nhead": "4"}, "says nhead '4'; expected an int >= 1"),
+    ({"dropout": 7}, "says dropout 7; expected a number in [0, 1)"),
 ])
 def test_a_tampered_run_config_is_one_clear_error_naming_the_run(tmp_path, text_file, changes, message, capsys):
     run = _text_run(tmp_path, text_file)
@@ -125,7 +151,7 @@ def test_a_resumed_run_has_the_history_of_an_uninterrupted_one(tmp_path, text_fi
     def cfg(name, **kw):
         return TrainConfig(**{**dict(task="text", data=str(text_file), steps=37, batch_size=4, block_size=16,
                                      d_model=16, nhead=2, num_layers=1, dim_feedforward=32, out=str(tmp_path / name),
-                                     checkpoint_every=50, progress=False, plot=False), **kw})
+                                     checkpoint_every=50, progress=False), **kw})
 
     whole = train(cfg("whole"))
     train(cfg("part", steps=33))  # stops between scheduled evaluations: its last step was reported
@@ -231,3 +257,21 @@ def test_a_finished_run_is_never_replaced_without_being_asked(tmp_path, capsys):
     assert cli.main([*base, "--steps", "2", "--overwrite"]) == 0  # and so is replacing it, when asked
     capsys.readouterr()
     assert ta.load(tmp_path / "reverse" / "checkpoint.npz")["trainer/step"] == 2
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["train", "--d-model", "1000000", "--heads", "1"], "--d-model 1000000, --heads 1: Linear: the weights"),
+    (["train", "--dim-feedforward", "1000000000"], "--dim-feedforward 1000000000: Linear: the weights"),
+    (["train", "--batch-size", "100000000"], "--batch-size 100000000: "),
+])
+def test_a_size_too_large_for_the_machine_names_its_flag(tmp_path, argv, flag, capsys):
+    code = cli.main([*argv, "--steps", "1", "--out", str(tmp_path / "big"), "--no-progress", "--no-plot"])
+    err = _error(capsys)
+    assert code == 2 and err.startswith(f"tinygrad-attn: error: {flag}") and "available" in err, err
+
+
+def test_generate_too_many_tokens_names_the_flag(tmp_path, text_file, capsys):
+    run = _text_run(tmp_path, text_file)
+    code = cli.main(["generate", "--run", str(run), "--prompt", "the", "--tokens", str(10 ** 12)])
+    err = _error(capsys)
+    assert code == 2 and "--tokens 1000000000000: generate:" in err and "available" in err, err

@@ -11,7 +11,9 @@ import tinygrad_attn as ta
 from tinygrad_attn import cli
 from tinygrad_attn.explorer import MAX_TOKENS, explore, explore_run, load_snapshots
 from tinygrad_attn.explorer.collect import collect
-from tinygrad_attn.train import TrainConfig, load_checkpoint, train
+from tinygrad_attn.explorer.snapshots import Snapshots
+from tinygrad_attn.runs import TrainConfig, load_checkpoint
+from tinygrad_attn.train import train
 
 
 def small_lm(seed=0, max_len=12):
@@ -138,9 +140,10 @@ def test_explore_errors():
         explore(lin, ta.ones(1, 2), loss=lambda out, t: out.sum())
 
 
-def _run(tmp_path, name, snapshots, steps=40, task="reverse"):
-    return train(TrainConfig(task=task, steps=steps, out=str(tmp_path / name), progress=False, plot=False,
-                             snapshots=snapshots, checkpoint_every=15, target=2.0))
+def _run(tmp_path, name, snapshots, steps=40, task="reverse", target=2.0, resume=False):
+    return train(TrainConfig(task=task, steps=steps, out=str(tmp_path / name), progress=False,
+                             checkpoint_every=15, target=target, resume=resume),
+                 [Snapshots(snapshots)] if snapshots else [])
 
 
 def test_snapshots_leave_training_exactly_as_without(tmp_path):
@@ -150,9 +153,11 @@ def test_snapshots_leave_training_exactly_as_without(tmp_path):
     for name in a["model"]:
         assert np.array_equal(a["model"][name], b["model"][name]), name
     snaps = load_snapshots(str(tmp_path / "snap"))
-    assert snaps["steps"] == [0, 13, 27, 40] and snaps["loss"][0] is None and snaps["loss"][-1] > 0
+    steps = snaps["steps"]
+    assert len(steps) == 4 and steps[0] == 0 and steps[-1] == 40 and max(np.diff(steps)) <= 20, steps
+    assert snaps["loss"][0] is None and snaps["loss"][-1] > 0
     assert np.array(snaps["maps"]).shape[:3] == (4, 2, 4)  # snapshots, layers, heads
-    from tinygrad_attn.train import load_run
+    from tinygrad_attn.runs import load_run
     from tinygrad_attn.viz import attention_maps
 
     task, model, _ = load_run(str(tmp_path / "snap"))
@@ -163,9 +168,17 @@ def test_snapshots_leave_training_exactly_as_without(tmp_path):
 
 def test_snapshots_of_a_resumed_run_continue(tmp_path):
     _run(tmp_path, "r", 4, steps=20)
-    train(TrainConfig(task="reverse", steps=40, out=str(tmp_path / "r"), progress=False, plot=False, snapshots=4,
-                      checkpoint_every=15, target=2.0, resume=True))
-    assert load_snapshots(str(tmp_path / "r"))["steps"][0] == 0 and 40 in load_snapshots(str(tmp_path / "r"))["steps"]
+    _run(tmp_path, "r", 4, steps=40, resume=True)
+    steps = load_snapshots(str(tmp_path / "r"))["steps"]
+    assert steps[0] == 0 and steps[-1] == 40 and len(steps) == 4 and any(20 < s < 40 for s in steps), steps
+
+
+def test_snapshots_are_spread_over_the_steps_a_run_takes_when_it_stops_early(tmp_path):
+    """The run stops at its target long before its step budget: the snapshots still span it, all N kept."""
+    metrics = _run(tmp_path, "early", 8, steps=1500, target=0.0)
+    assert metrics["stopped_early"] and metrics["steps"] < 1500
+    steps = load_snapshots(str(tmp_path / "early"))["steps"]
+    assert steps[0] == 0 and steps[-1] == metrics["steps"] and len(steps) == min(8, metrics["steps"] + 1), steps
 
 
 def test_explain_writes_a_page_for_a_run_and_the_translation_task(tmp_path, capsys):
@@ -189,11 +202,32 @@ def test_explain_a_text_run(tmp_path):
     data = tmp_path / "fox.txt"
     data.write_text("the quick brown fox jumps over the lazy dog. " * 20, encoding="utf-8")
     train(TrainConfig(task="text", data=str(data), steps=3, batch_size=4, block_size=16, d_model=16, nhead=2,
-                      num_layers=1, dim_feedforward=32, out=str(tmp_path / "t"), progress=False, plot=False,
-                      snapshots=2))
+                      num_layers=1, dim_feedforward=32, out=str(tmp_path / "t"), progress=False),
+          [Snapshots(2)])
     page = explore_run(str(tmp_path / "t"), "the quick")
     first = page.data["attention"][0]
     # keys are the input characters; each row is labelled with the character it predicts
     assert first["k_labels"][:3] == ["t", "h", "e"] and first["q_labels"][:3] == ["h", "e", "␣"]
     assert page.data["snapshots"]["steps"] == [0, 3]
     assert page.data["loss"] > 0 and page.stats["bytes"] < 200_000
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: {**s, "maps": s["maps"][..., :3]}, "labels for maps of 16 x 3 positions"),
+    (lambda s: {**s, "steps": s["steps"][:1]}, "a loss per step for its 1 steps"),
+    (lambda s: {**s, "labels": np.asarray("not json")}, "labels is not valid JSON"),
+    (lambda s: {k: v for k, v in s.items() if k != "maps"}, "it lacks ['maps']"),
+    (lambda s: {**s, "maps": s["maps"] * np.float16("nan")}, "not attention weights (NaN"),
+    (lambda s: {**s, "labels": np.asarray('{"kind": "self-attention", "q": [1], "k": null}')}, "labels must be"),
+])
+def test_a_tampered_snapshots_file_is_one_clear_error(tmp_path, change, message, capsys):
+    from tinygrad_attn.serialization import load, save
+
+    _run(tmp_path, "r", 3, steps=10)
+    path = tmp_path / "r" / "snapshots.npz"
+    save(change(dict(load(str(path)))), str(path))
+    code = cli.main(["explain", "--run", str(tmp_path / "r"), "--input", "3 1 4 1 5 9 2 6",
+                     "--out", str(tmp_path / "p.html")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "snapshots.npz" in err, err
+    assert not (tmp_path / "p.html").exists()

@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 from tinygrad_attn.explorer import explore_run
-from tinygrad_attn.train import TrainConfig, load_run, train
+from tinygrad_attn.explorer.snapshots import Snapshots
+from tinygrad_attn.runs import TrainConfig, load_run
+from tinygrad_attn.train import train
 from tinygrad_attn.viz import attention_maps
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -44,8 +46,7 @@ def browser():
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     folder = tmp_path_factory.mktemp("explorer")
-    train(TrainConfig(task="reverse", steps=30, out=str(folder / "run"), progress=False, plot=False, snapshots=3,
-                      target=2.0))
+    train(TrainConfig(task="reverse", steps=30, out=str(folder / "run"), progress=False, target=2.0), [Snapshots(3)])
     explorer = explore_run(str(folder / "run"), "3 1 4 1 5 9 2 6")
     path = explorer.save(folder / "explain.html")
     return path, explorer, str(folder / "run")

@@ -81,3 +81,95 @@ def test_safetensors_bool_bytes_other_than_0_and_1_are_refused(tmp_path):
                         bytes([2, 255]))
     with pytest.raises(ValueError, match="BOOL tensor 'm' holds bytes other than 0 and 1"):
         ta.load(path)
+
+
+@pytest.mark.parametrize("tq, causal", [(8, True), (8, False), (20, True), (70, False)])
+def test_a_huge_scale_keeps_the_flash_gradients_finite_and_equal_to_the_math_paths_dv(tq, causal):
+    """With scale 1e30 the softmax is one-hot; the backward must recompute the forward's very scores (S - lse
+    exactly <= 0), or exp overflows into inf * 0 = NaN."""
+    rng = np.random.default_rng(tq)
+    arrays = [rng.normal(size=(2, 2, tq, 16)).astype(np.float32) for _ in range(3)]
+    grads = {}
+    for backend in (ta.nn.attention.SDPBackend.FLASH_ATTENTION, ta.nn.attention.SDPBackend.MATH):
+        q, k, v = (ta.tensor(a, requires_grad=True) for a in arrays)
+        with ta.nn.attention.sdpa_kernel(backend):
+            F.scaled_dot_product_attention(q, k, v, scale=1e30, is_causal=causal).sum().backward()
+        grads[backend] = [t.grad.numpy() for t in (q, k, v)]
+        assert all(np.isfinite(g).all() for g in grads[backend]), backend
+    flash, math_path = grads.values()
+    np.testing.assert_array_equal(flash[2], math_path[2])  # dv counts the queries whose one-hot picks each key
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_flash_attention_takes_a_head_dim_of_one_and_a_broadcast_gradient(d):
+    rng = np.random.default_rng(d)
+    arrays = [rng.normal(size=(1, 2, 40, d)) for _ in range(3)]
+    grads = []
+    for backend in (ta.nn.attention.SDPBackend.FLASH_ATTENTION, ta.nn.attention.SDPBackend.MATH):
+        q, k, v = (ta.tensor(a, requires_grad=True) for a in arrays)
+        with ta.nn.attention.sdpa_kernel(backend):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()  # the gradient: strides 0
+        grads.append([t.grad.numpy() for t in (q, k, v)])
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_datasets_out_of_range_or_without_len_are_one_clear_error():
+    data = ta.utils.data
+    with pytest.raises(IndexError, match=r"Subset: indices\[0\]: index 5 is out of range for 3 items"):
+        data.Subset([1, 2, 3], [5])[0]
+    with pytest.raises(IndexError, match="Subset: index 2 is out of range for 1 items"):
+        data.Subset([1, 2, 3], [0])[2]
+    assert data.Subset([1, 2, 3], [2, 0])[-1] == 1  # negative indices as PyTorch's
+
+    class NoLen(data.Dataset):
+        def __getitem__(self, i):
+            return i
+
+    for shuffle in (True, False):
+        with pytest.raises(TypeError, match="the dataset \\(NoLen\\) has no __len__"):
+            list(data.DataLoader(NoLen(), shuffle=shuffle))
+
+
+def _mha_state():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    return torch.nn.MultiheadAttention(4, 2).state_dict()
+
+
+def test_interop_keeps_unknown_keys_and_refuses_what_it_cannot_convert():
+    from tinygrad_attn import interop
+
+    state = {"enc.self_attn." + k: v for k, v in _mha_state().items()} | {"enc.self_attn.extra": np.ones(2)}
+    ours = interop.from_torch(state)
+    assert "enc.self_attn.extra" in ours  # a strict load_state_dict then reports it
+    back = interop.to_torch(ours)
+    assert sorted(back) == sorted(state) and all(np.array_equal(back[k], np.asarray(state[k])) for k in state)
+    plain = _mha_state()
+    bad = [
+        ([1], TypeError, "state must be a dict"),
+        ({**plain, "out_proj.bias": "x"}, TypeError, "'out_proj.bias' must be a tensor or array of numbers"),
+        ({**plain, "in_proj_weight": np.ones((47, 4))}, ValueError, "3 \\* embed_dim rows"),
+        ({k: v for k, v in plain.items() if k != "in_proj_weight"}, ValueError, "'q_proj_weight' is missing"),
+        ({**plain, "q_proj_weight": np.ones((4, 4))}, ValueError, "both 'in_proj_weight' and"),
+        (interop.mha_from_torch(plain), ValueError, "already in this framework's layout"),
+    ]
+    for given, error, message in bad:
+        with pytest.raises(error, match=message):
+            interop.mha_from_torch(given)
+    partial = {k: v for k, v in interop.mha_from_torch(plain).items() if k != "q_proj.bias"}
+    with pytest.raises(ValueError, match="given without \\['q_proj.bias'\\]"):
+        interop.mha_to_torch(partial)  # the k and v biases are never dropped silently
+
+
+def test_explore_refuses_wrong_labels_empty_inputs_and_a_diverged_model():
+    torch_free = ta.nn.CausalLM(10, 8, 8, 2, 1, 16)
+    tokens = np.array([[1, 2, 3]])
+    with pytest.raises(ValueError, match="gives 1 query labels for 3 query positions"):
+        ta.viz.explore(torch_free, tokens, labels={"self-attention": (["a"], ["b"])})
+    with pytest.raises(ValueError, match="inputs of shape \\(1, 0\\) are empty"):
+        ta.viz.explore(torch_free, np.zeros((1, 0), int), np.zeros((1, 0), int))
+    with ta.no_grad():
+        torch_free.embed.weight.fill_(float("nan"))
+    with pytest.raises(ValueError, match="the loss is nan"):
+        ta.viz.explore(torch_free, tokens)

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from tinygrad_attn import cli
+from tinygrad_attn.runs import TrainConfig, load_checkpoint, load_run
 from tinygrad_attn.tasks import TextTask
-from tinygrad_attn.train import TrainConfig, load_checkpoint, load_run, train
+from tinygrad_attn.train import train
 
 
 @pytest.fixture
@@ -19,8 +20,7 @@ def text_file(tmp_path):
 
 def config(tmp_path, text_file, name, **kw):
     settings = dict(task="text", data=str(text_file), steps=12, batch_size=4, block_size=16, d_model=16, nhead=2,
-                    num_layers=1, dim_feedforward=32, out=str(tmp_path / name), checkpoint_every=5, progress=False,
-                    plot=False)
+                    num_layers=1, dim_feedforward=32, out=str(tmp_path / name), checkpoint_every=5, progress=False)
     settings.update(kw)
     return TrainConfig(**settings)
 
@@ -103,7 +103,7 @@ def test_attention_pictures_label_tokens_and_draw_one_head_large(tmp_path, monke
 
     figures = []
     monkeypatch.setattr(plt, "close", lambda fig: figures.append(fig))
-    train(TrainConfig(task="translate", steps=2, out=str(tmp_path / "tr"), progress=False, plot=False))
+    train(TrainConfig(task="translate", steps=2, out=str(tmp_path / "tr"), progress=False))
     task, model, _ = load_run(str(tmp_path / "tr"))
     answer, batch = task.answer(model, "J'aime l'IA")
     assert plot_attention(task, model, batch, str(tmp_path / "a.png"), title="input: J'aime l'IA")

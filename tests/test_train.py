@@ -11,12 +11,13 @@ import pytest
 
 import tinygrad_attn as ta
 from tinygrad_attn.cli import main
-from tinygrad_attn.train import TrainConfig, load_checkpoint, load_run, train
+from tinygrad_attn.runs import TrainConfig, load_checkpoint, load_run
+from tinygrad_attn.train import train
 
 
 def quick(tmp_path, name, **kw):
     config = dict(task="copy", steps=6, batch_size=8, out=str(tmp_path / name), checkpoint_every=2,
-                  progress=False, plot=False)
+                  progress=False)
     config.update(kw)
     return TrainConfig(**config)
 
@@ -82,7 +83,10 @@ def test_cli_tasks_and_attend(tmp_path, capsys):
     run = str(tmp_path / "cli")
     code, out, _ = run_cli(["train", "--task", "reverse", "--steps", "2", "--batch-size", "4", "--out", run,
                             "--no-progress"], capsys)
-    assert code == 0 and json.loads(out.splitlines()[0])["steps"] == 2
+    metrics = json.loads((tmp_path / "cli" / "metrics.json").read_text())
+    assert code == 0 and metrics["steps"] == 2 and len(out.splitlines()) == 1  # one summary line, no JSON dump
+    assert out.startswith(f"reverse: accuracy {metrics['accuracy']:.3f} (did not reach the target 0.99), 2 steps")
+    assert "curves.png, attention.png}" in out
     code, out, _ = run_cli(["attend", "--run", run, "--input", "3 1 4 1 5 9 2 6"], capsys)
     assert code == 0 and len(out.splitlines()[0].split()) == 8
 
@@ -155,7 +159,7 @@ def test_resume_with_a_target_stops_where_the_uninterrupted_run_stops(tmp_path, 
 
 
 def test_the_held_out_metric_is_a_curve_even_when_the_run_stops_at_its_first_evaluation(tmp_path):
-    metrics = train(TrainConfig(task="reverse", steps=50, out=str(tmp_path / "r"), progress=False, plot=False,
+    metrics = train(TrainConfig(task="reverse", steps=50, out=str(tmp_path / "r"), progress=False,
                                 target=1.0))  # one scheduled evaluation, at step 50
     evaluated = [h for h in metrics["history"] if h["accuracy"] is not None]
     assert metrics["steps"] == 50 and len(evaluated) == 5 and [h["step"] for h in evaluated] == [10, 20, 30, 40, 50]
@@ -174,7 +178,7 @@ def test_a_tampered_run_config_is_refused_before_any_model_is_built(tmp_path, ke
     ta.save(state, path)
     script = ("import resource, sys\n"
               "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
-              "from tinygrad_attn.train import load_run\n"
+              "from tinygrad_attn.runs import load_run\n"
               f"load_run({str(tmp_path / 'tampered')!r})\n")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "ValueError" in proc.stderr and "MemoryError" not in proc.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shlex
@@ -73,7 +72,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _train(args: argparse.Namespace) -> None:
     from . import runtime
-    from .train import TrainConfig, train
+    from .explorer.snapshots import Snapshots
+    from .runs import CHECKPOINT, TrainConfig
+    from .train import train
+    from .viz import Pictures
 
     if args.task not in TASKS:
         raise ValueError(f"--task: unknown task {args.task!r}; choose one of: {', '.join(TASKS)}")
@@ -100,12 +102,12 @@ def _train(args: argparse.Namespace) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if args.dropout is not None and not 0.0 <= args.dropout < 1.0:  # NaN fails this too
         raise ValueError(f"--dropout must lie in [0, 1), got {args.dropout}")
-    out = args.out or os.path.join("runs", args.task)
-    if args.resume and not os.path.exists(os.path.join(out, "checkpoint.npz")):
+    out = _out(args)
+    if args.resume and not os.path.exists(os.path.join(out, CHECKPOINT)):
         raise ValueError(f"--resume: no checkpoint.npz in {out}")
     if args.resume and args.overwrite:
         raise ValueError("--resume and --overwrite contradict each other: continue the run, or replace it")
-    if not args.resume and not args.overwrite and os.path.exists(os.path.join(out, "checkpoint.npz")):
+    if not args.resume and not args.overwrite and os.path.exists(os.path.join(out, CHECKPOINT)):
         # a trained model is the user's work: never replaced without being asked
         raise ValueError(f"{out} already holds a run (checkpoint.npz): continue it with --resume, train into "
                          "another folder with --out, or replace it with --overwrite")
@@ -117,13 +119,40 @@ def _train(args: argparse.Namespace) -> None:
         raise ValueError(f"--data and --block-size are for the text task, not {args.task!r}")
     config = TrainConfig(task=args.task, steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                          out=out, checkpoint_every=args.checkpoint_every, resume=args.resume, target=args.target,
-                         progress=not args.no_progress, plot=not args.no_plot, data=args.data,
+                         progress=not args.no_progress, data=args.data,
                          block_size=args.block_size, d_model=args.d_model, nhead=args.heads, num_layers=args.layers,
-                         dim_feedforward=args.dim_feedforward, dropout=args.dropout,
-                         snapshots=args.snapshots)
-    metrics = train(config)
-    print(json.dumps(metrics))
-    print(f"wrote {out}/checkpoint.npz, metrics.json" + (", curves.png, attention.png" if not args.no_plot else ""))
+                         dim_feedforward=args.dim_feedforward, dropout=args.dropout)
+    pictures = None if args.no_plot else Pictures()
+    callbacks = [c for c in (pictures, Snapshots(args.snapshots) if args.snapshots else None) if c is not None]
+    try:
+        metrics = train(config, callbacks)
+    except MemoryError as err:  # a size too large for this machine: say which flags set it
+        given = [f"{flag} {getattr(args, name)}" for name, flag in _SIZE_FLAGS if getattr(args, name) is not None]
+        raise MemoryError(f"{', '.join(given) or 'the task default sizes'}: {err}") from None
+    written = ["checkpoint.npz", "metrics.json", *(pictures.written if pictures else []),
+               *(["snapshots.npz"] if args.snapshots else [])]
+    print(summary(metrics) + f"; wrote {os.path.join(out, '')}{{{', '.join(written)}}}")
+
+
+_SIZE_FLAGS = (("batch_size", "--batch-size"), ("block_size", "--block-size"), ("d_model", "--d-model"),
+               ("heads", "--heads"), ("layers", "--layers"), ("dim_feedforward", "--dim-feedforward"))
+
+
+def _out(args: argparse.Namespace) -> str:
+    from .runs import default_out
+
+    return args.out or default_out(args.task)
+
+
+def summary(metrics: dict) -> str:
+    """One line: what the run reached, at which step of how many, whether it stopped early, and its time."""
+    metric, value, target = metrics["metric"], metrics.get(metrics["metric"]), metrics["target"]
+    shown = "n/a" if value is None else f"{value:.4f}" if metric == "val_loss" else f"{value:.3f}"
+    reached = "reached" if metrics["reached_target"] else "did not reach"
+    stop = (f"stopped early at step {metrics['steps']} of {metrics['planned_steps']}" if metrics["stopped_early"]
+            else f"{metrics['steps']} steps")
+    return (f"{metrics['task']}: {metric} {shown} ({reached} the target {target}), {stop}, "
+            f"{metrics['seconds']:.1f} s")
 
 
 def _check_out(out: str) -> None:
@@ -148,15 +177,17 @@ def _tasks() -> None:
 
 
 def _attend(args: argparse.Namespace) -> None:
-    from .train import load_run
-    from .viz import plot_attention
+    from .runs import load_run
+    from .viz import check_head, plot_attention
 
     task, model, _ = load_run(args.run)
-    answer, batch = task.answer(model, args.input)
-    print(answer)
+    if args.head is not None:  # checked before any answer is printed
+        check_head(args.head, model)
     path = os.path.join(args.run, "attend.png")
     if not os.access(args.run, os.W_OK):
         raise ValueError(f"--run: cannot write the picture {path}: the folder is not writable")
+    answer, batch = task.answer(model, args.input)
+    print(answer)
     title = f"input: {args.input!r:.60}  answer: {answer!r:.60}"
     path = plot_attention(task, model, batch, path, head=args.head, title=title)
     if path:
@@ -175,7 +206,7 @@ def _explain(args: argparse.Namespace) -> None:
 
 def _generate(args: argparse.Namespace) -> None:
     from . import rng
-    from .train import load_run
+    from .runs import load_run
 
     if args.tokens < 0:
         raise ValueError(f"--tokens must be >= 0, got {args.tokens}")
@@ -195,15 +226,17 @@ def _generate(args: argparse.Namespace) -> None:
     prompt = task.encode(args.prompt)
     if prompt.size == 0:
         raise ValueError("--prompt: give at least one character")
-    out = model.generate(prompt[None, :], args.tokens, temperature=args.temperature, top_k=args.top_k)[0]
+    try:
+        out = model.generate(prompt[None, :], args.tokens, temperature=args.temperature, top_k=args.top_k)[0]
+    except MemoryError as err:
+        raise MemoryError(f"--tokens {args.tokens}: {err}") from None
     print(args.prompt + task.decode(out[prompt.size :]))
 
 
 def _interrupted(args: argparse.Namespace, argv: list[str]) -> int:
     """Ctrl-C: one line naming what is on disk and how to go on; exit 130 as a shell reports SIGINT."""
     if args.command == "train":
-        out = args.out or os.path.join("runs", args.task)
-        checkpoint = os.path.join(out, "checkpoint.npz")
+        checkpoint = os.path.join(_out(args), "checkpoint.npz")
         if os.path.exists(checkpoint):
             again = " ".join(shlex.quote(a) for a in argv if a != "--resume")
             print(f"tinygrad-attn: interrupted; the last checkpoint, {checkpoint}, is intact; continue with: "

@@ -15,17 +15,38 @@ CHECKED_BYTES = 256 << 20  # requests under 256 MiB are not checked
 
 
 def available_bytes() -> int | None:
-    """The bytes the machine can give this process now, or None where that cannot be read."""
+    """The bytes the machine can give this process now, or None where that cannot be read: the machine's
+    available memory, and no more than the address space left under this process's limit (`ulimit -v`)."""
+    machine = None
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    machine = int(line.split()[1]) * 1024
+                    break
     except (OSError, ValueError, IndexError):
         pass
+    if machine is None:
+        try:
+            machine = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            pass
+    room = _address_space_left()
+    return room if machine is None else machine if room is None else min(machine, room)
+
+
+def _address_space_left() -> int | None:
+    """RLIMIT_AS minus the address space in use (Linux's /proc/self/statm), or None without a limit."""
     try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit == resource.RLIM_INFINITY:
+            return None
+        with open("/proc/self/statm") as f:
+            used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        return max(limit - used, 0)
+    except (ImportError, OSError, ValueError, IndexError, AttributeError):
         return None
 
 

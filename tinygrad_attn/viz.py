@@ -39,9 +39,7 @@ def attention_maps(task: Any, model: Any, batch: Any) -> dict[str, list[np.ndarr
     """Every layer's attention weights for the first example of `batch`: name -> [layer (H, Tq, Tk)]."""
     if not callable(getattr(task, "logits", None)):
         raise TypeError(f"attention_maps: task must be a task (ta.tasks.get_task(...)), got {type(task).__name__}")
-    _, attention = task.logits(model, batch, return_attention=True)
-    groups = attention if isinstance(attention, dict) else {"self-attention": attention}
-    return {name: [w._data[0] for w in layers] for name, layers in groups.items()}
+    return task.attention_maps(model, batch)
 
 
 def plot_attention(task: Any, model: Any, batch: Any, path: str, head: str | None = None,
@@ -90,6 +88,16 @@ def plot_attention(task: Any, model: Any, batch: Any, path: str, head: str | Non
     return path
 
 
+def check_head(head: str, model: Any) -> tuple[int, int]:
+    """--head LAYER.HEAD checked against the model's layers (its decoder's, for an encoder-decoder: the
+    picture shows cross-attention) and heads, before any work."""
+    stacks = [getattr(model, name) for name in ("decoder", "layers") if hasattr(model, name)]
+    heads = [m.num_heads for m in model.modules() if hasattr(m, "num_heads")]
+    if not stacks or not heads:
+        raise ValueError("--head: the model has no attention layers to draw")
+    return _parse_head(head, len(stacks[0]), heads[0])
+
+
 def _parse_head(head: str, layers: int, heads: int) -> tuple[int, int]:
     try:
         layer, h = (int(part) for part in head.split("."))
@@ -136,6 +144,23 @@ def plot_curves(history: list[dict], metric: str, path: str) -> str | None:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+class Pictures:
+    """A training callback (see train.py) drawing <out>/curves.png and <out>/attention.png (the task's sample
+    prompt) when the run ends; `written` lists the files it wrote (none without matplotlib)."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+
+    def on_train_end(self, run: Any) -> None:
+        out, task, model = run.config.out, run.task, run.model
+        curves = plot_curves(run.history, task.metric, os.path.join(out, "curves.png"))
+        prompt = task.sample_prompt()
+        answer, batch = task.answer(model, prompt)
+        picture = plot_attention(task, model, batch, os.path.join(out, "attention.png"),
+                                 title=f"input: {prompt!r:.60}  answer: {answer!r:.60}")
+        self.written = [os.path.basename(p) for p in (curves, picture) if p]
 
 
 def heatmap_grid(weights: np.ndarray, path: str, title: str = "", queries: list[str] | None = None,

@@ -515,12 +515,13 @@ chiffres). Chaque modèle finit bien en dessous, et les nombres de têtes diffè
 chose de réel : à d_model fixé, 8 têtes de 2 composantes apprennent cette tâche plus lentement qu'une tête
 de 16."""},
     """
-from tinygrad_attn.train import TrainConfig, train
+from tinygrad_attn.runs import TrainConfig
+from tinygrad_attn.train import train
 
 print(f"«chance|hasard»: ln 10 = {math.log(10):.3f}")
 for h in (1, 2, 4, 8):
     metrics = train(TrainConfig(task="reverse", steps=200, d_model=16, nhead=h, num_layers=1, dim_feedforward=32,
-                                seed=0, target=1.01, progress=False, plot=False, out=tempfile.mkdtemp()))
+                                seed=0, target=1.01, progress=False, out=tempfile.mkdtemp()))
     print(f"«heads|têtes» {h}: «final loss|perte finale» {metrics['final_loss']:.3f},",
           f"«held-out accuracy|exactitude sur les données de test» {metrics['accuracy']:.2f}")
 """,
@@ -900,11 +901,12 @@ secondes sur la tâche reverse : chaque chiffre de la réponse apprend à regard
 est le miroir, une relation entre jetons trouvée par l'entraînement, pas donnée."""},
     """
 import tempfile
-from tinygrad_attn.train import TrainConfig, load_run, train
+from tinygrad_attn.runs import TrainConfig, load_run
+from tinygrad_attn.train import train
 from tinygrad_attn.viz import attention_maps
 
 run = tempfile.mkdtemp()
-metrics = train(TrainConfig(task="reverse", steps=300, out=run, progress=False, plot=False, seed=0))
+metrics = train(TrainConfig(task="reverse", steps=300, out=run, progress=False, seed=0))
 task, model, _ = load_run(run)
 answer, batch = task.answer(model, "3 1 4 1 5 9 2 6")
 maps = attention_maps(task, model, batch)["self-attention"]

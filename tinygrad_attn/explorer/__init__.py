@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..nn.module import Module
+from ..runs import CHECKPOINT, load_run, read_history
 from ..tensor import Tensor
 from .collect import MAX_TOKENS, collect
 from .snapshots import load_snapshots
@@ -90,6 +91,10 @@ def explore(model: Module, inputs: Any, targets: Any = None, loss: Callable | No
     """
     if not isinstance(model, Module):
         raise TypeError(f"explore: model must be a Module, got {type(model).__name__}")
+    for given in inputs if isinstance(inputs, tuple) else (inputs,):
+        shape = np.shape(given._data if isinstance(given, Tensor) else given)
+        if 0 in shape:
+            raise ValueError(f"explore: inputs of shape {shape} are empty; give at least one position")
     data = collect(model, _default_loss(model, inputs, targets, loss), labels, check=check)
     data["snapshots"], data["curve"] = snapshots, curve or []
     return Explorer(data, title or f"{type(model).__name__}: attention forward and backward")
@@ -97,14 +102,12 @@ def explore(model: Module, inputs: Any, targets: Any = None, loss: Callable | No
 
 def explore_run(run: str, text: str, check: bool = True) -> Explorer:
     """The page of a trained run folder on one input (a task's prompt, or text for the text task)."""
-    from ..train import load_run
-
     started = time.perf_counter()
     task, model, parts = load_run(run)
     answer, batch = task.answer(model, text)
     data = collect(model, lambda: task.loss(model, batch)[0], task.labels(batch), check=check)
     snapshots = load_snapshots(run)
-    history = json.loads(str(parts["trainer"].get("history", "[]")))
+    history = read_history(parts, os.path.join(run, CHECKPOINT))
     data["snapshots"] = snapshots
     data["curve"] = [[h["step"], h["loss"]] for h in history if h.get("loss") is not None]
     data["seconds"] = round(time.perf_counter() - started, 3)

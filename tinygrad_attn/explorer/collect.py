@@ -214,6 +214,9 @@ def attention_panel(call: _Call, index: int, labels: dict | None,
     tq, tk = p.shape[1:]
     query_tokens, key_tokens = tokens.get(tq), tokens.get(tk)
     given = None if labels is None else labels.get(kind)
+    for names, n, what in ((given or (None, None))[0], tq, "query"), ((given or (None, None))[1], tk, "key"):
+        if names is not None and len(names) != n:
+            raise ValueError(f"explore: labels[{kind!r}] gives {len(names)} {what} labels for {n} {what} positions")
     q_labels = _labels({"q": given[0]} if given else None, "q", tq, query_tokens)
     k_labels = _labels({"k": given[1]} if given else None, "k", tk, key_tokens)
     panel = {
@@ -391,6 +394,9 @@ def collect(model: Module, run: Callable[[], Tensor], labels: dict | None = None
             loss = run()
             if not isinstance(loss, Tensor) or loss.numel() != 1:
                 raise TypeError(f"explore: the loss must be a scalar Tensor, got {type(loss).__name__}")
+            if not np.isfinite(loss.item()):
+                raise ValueError(f"explore: the loss is {loss.item()}: the model's weights or inputs hold NaN or "
+                                 "inf (a diverged run?), so there are no attention maps or gradients to show")
             model.zero_grad()
             loss.backward()
     finally:

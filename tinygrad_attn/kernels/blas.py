@@ -137,7 +137,7 @@ def _gemm_views(a, ta, lda, b, tb, ldb, out, to, ldo, m, n, k, alpha, beta, gemm
 
 
 # Compiled, matmul_into is lowered by hand rather than through @overload: an overload compiles a version for
-# each combination of the three views' layouts (six in flash attention, about 0.1 s each on a first run),
+# each combination of the three views' layouts (six in flash attention, each compiled on a first run),
 # where this describes each view by its address, flag and leading dimension (_operand of its shape and
 # strides, compiled once) to one version per dtype of _gemm_views.
 @type_callable(matmul_into)
@@ -176,8 +176,8 @@ def product_blocks(m: int, k: int, n: int, a_flag: int, b_flag: int) -> tuple[in
 
     BLAS copies each block's operands into its own layout, fastest along the way they lie in memory: the
     depth is long when the operands run along k (a as it is, a_flag NO_TRANS; b transposed, b_flag TRANS),
-    short otherwise. Measured on (4096, 512) @ (512, 1536) and its backward, these blocks run at 80 to 100%
-    of a whole product's speed (blocks of 64 x 64 x 64 everywhere: 65 to 95%)."""
+    short otherwise. docs/performance.md gives these blocks' speed against a whole product's, and against
+    cubes of 64 everywhere."""
     side = max(1, round(ONE_THREAD_PRODUCT ** (1 / 3)))  # 64
     along_k = (a_flag == NO_TRANS) + (b_flag == TRANS)
     longest = side * (1, 2, 8)[along_k]

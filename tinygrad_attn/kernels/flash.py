@@ -48,7 +48,7 @@ from .views import columns, rows
 FEW_ROWS = 16  # a query block of fewer rows multiplies by k^T where it lies instead of laying it out
 
 
-@njit(cache=True, nogil=True)  # not inlined: in the drivers' 512-bit vector setting this copy runs 5-10% slower
+@njit(cache=True, nogil=True)  # not inlined: in the drivers' 512-bit vector setting this copy runs slower
 def transpose_into(tile, factor, out):
     """out (d, bk) <- factor tile^T, contiguous: BLAS multiplies by a transposed right operand at about half
     its speed (numpy's OpenBLAS, row-major), so k^T and v^T are laid out once per key tile."""
@@ -69,7 +69,7 @@ def scores_into(s, q_rows, k_t, factor, bias, has_bias, gemm):
 
 @njit(cache=True, nogil=True, inline="always")
 def scale_rows(a, factor):
-    """a (r, c) <- a * factor[:, None] (loops: numba's array expressions compile far slower)."""
+    """a (r, c) <- a * factor[:, None] (loops: numba's array expressions take longer to compile)."""
     for i in range(a.shape[0]):
         for j in range(a.shape[1]):
             a[i, j] *= factor[i]
@@ -157,7 +157,10 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
                 q_rows, d_out = rows(q_g, r0, r1), rows(grad_g, r0, r1)  # (bq, d), (bq, dv)
                 s_rows, dp_rows = rows(s_buf, 0, r1 - r0), rows(dp_buf, 0, r1 - r0)  # (bq, bk): tiles in n columns
                 s, dp = columns(s_rows, 0, n), columns(dp_rows, 0, n)  # (bq, n)
-                scores_into(s, q_rows, k_t, 1.0, columns(rows(bias_g, r0, r1), c0, c1), has_bias, gemm)
+                if r1 - r0 >= FEW_ROWS:  # the forward's product for these rows, so that S - lse <= 0 exactly
+                    scores_into(s, q_rows, k_t, 1.0, columns(rows(bias_g, r0, r1), c0, c1), has_bias, gemm)
+                else:
+                    scores_into(s, q_rows, k_tile.T, scale, columns(rows(bias_g, r0, r1), c0, c1), has_bias, gemm)
                 for i in range(r1 - r0):  # contiguous, like the forward's m: exp_shifted compiles one version
                     lse_rows[i] = lse[a, b, r0 + i]
                 exp_shifted(s_rows, n, lse_rows, r0, c0, causal)  # S <- P = exp(S - lse)
@@ -192,7 +195,7 @@ def _bias(bias, shape, dtype):
 
 @functools.lru_cache(maxsize=64)
 def _no_bias(shape, dtype):
-    """Zeros of that shape, never read, one element in memory (kept per shape: broadcasting costs microseconds)."""
+    """Zeros of that shape, never read, one element in memory (kept per shape, not broadcast anew at each call)."""
     return np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), shape)
 
 

@@ -65,7 +65,8 @@ def rows_apart(a: np.ndarray, reused: bool = True) -> bool:
     of one packed (B, T, 3, H, d) projection) and are `reused` by several tiles: BLAS copies each operand into
     its own layout at every call, and rows far apart several times slower."""
     item = a.itemsize
-    unit = a.shape[3] <= 1 or a.strides[3] == item
+    unit = (a.shape[3] <= 1 or a.strides[3] == item) and (  # and rows that do not overlap (head dim 1, broadcast)
+        a.shape[2] <= 1 or (a.strides[2] >= a.shape[3] * item and a.strides[2] % item == 0))
     together = a.shape[2] <= 1 or a.strides[2] == a.shape[3] * item
     return not unit or (reused and not together)
 

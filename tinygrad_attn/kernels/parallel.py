@@ -136,7 +136,7 @@ def any_layout(kernel: Callable) -> Callable:
 
     numba compiles a kernel once per combination of argument types, and an array's type says whether it is
     C-contiguous, strided or read-only: attention's nine arrays would otherwise compile a version for
-    each combination a program happens to pass (several seconds each). Here every combination runs the one
+    each combination a program happens to pass (each a compile of its own). Here every combination runs the one
     version typed for strided arrays ('A' layout), which reads every array where it lies.
     """
     if not hasattr(kernel, "overloads"):  # NUMBA_DISABLE_JIT: the plain Python function
@@ -151,7 +151,7 @@ def _call_any_layout(kernel, *args):
     key = (kernel, *((a.dtype.char, a.ndim) if isinstance(a, np.ndarray) else
                      type(a) if isinstance(a, (bool, int, float, np.generic)) else id(a) for a in args))
     entry = _entries.get(key)
-    if entry is None:  # numba's typeof is slow (about 150 us for attention's arguments): once per kind
+    if entry is None:  # numba's typeof is slow (docs/performance.md): once per kind of arguments
         from numba import typeof, types
 
         signature = tuple(t.copy(layout="A", readonly=False) if isinstance(t, types.Array) else t
@@ -167,7 +167,7 @@ def _on_numba_threads(n: int, kernel: Callable, *args):
     import numba
 
     previous, wanted = numba.get_num_threads(), min(n, numba.config.NUMBA_NUM_THREADS)
-    if previous == wanted:  # nothing to set or put back (each set costs a few microseconds)
+    if previous == wanted:  # nothing to set or put back (each set has a cost)
         return kernel(*args)
     numba.set_num_threads(wanted)
     try:
@@ -183,10 +183,9 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     (blas.product_parts). Otherwise (by default) blocks of at most ONE_THREAD_PRODUCT multiply-adds
     (blas.product_blocks), which OpenBLAS runs on its caller without starting its threads: two sets of
     threads on the same cores (BLAS's and numba's, each spinning a while after its work) made a training
-    step several times slower. A product too small to share is numpy's `@`, as is any product when BLAS is
+    step much slower. A product too small to share is numpy's `@`, as is any product when BLAS is
     on one thread and so are we; one of up to FEW_BLOCKS blocks' work is cut into whole rows, each numpy's `@`
-    (2 to 4 us faster than a kernel call at (32, 64) @ (64, 192), and one kernel fewer to compile on a first
-    run)."""
+    (cheaper than a kernel call at small sizes, and one kernel fewer to compile on a first run)."""
     if (a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or a.dtype != b.dtype or a.shape[0] < 2
             or 0 in a.shape + b.shape):
         return a @ b  # numpy's own checks, messages and promotions for anything else
@@ -219,8 +218,8 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def column_sums(a: np.ndarray) -> np.ndarray:
-    """a (N, M) summed over its rows, (M,): BLAS's gemv (ones @ a, 3 to 6 times faster than numpy's sum at
-    (1024, 64 to 256)) when BLAS runs on one thread, else numpy's sum (a gemv that size would start BLAS's own
+    """a (N, M) summed over its rows, (M,): BLAS's gemv (ones @ a, faster than numpy's sum at these
+    sizes: docs/performance.md) when BLAS runs on one thread, else numpy's sum (a gemv that size would start BLAS's own
     threads beside numba's)."""
     if blas_threads() == 1 and a.dtype in (np.float32, np.float64):
         return np.ones(a.shape[0], a.dtype) @ a

@@ -11,7 +11,7 @@ k_start + j is hidden from query q_start + i when j > i + q_start - k_start,
 
 The loops are written with vector.py's `maximum` and `exp_vectorizable`, and each kernel starts with
 its `wide_vectors()`. The kernels are inlined where flash.py calls them (inline="always"): a first run
-compiles them inside its two drivers, about 0.3 s sooner than as functions of their own; called from
+compiles them inside its two drivers, sooner than as functions of their own; called from
 Python, as the tests do, each compiles on its own.
 """
 

@@ -34,7 +34,7 @@ def minimum(a, b):
 
 
 # Compiled, these and `wide_vectors` are lowered by hand, as blas.py's matmul_into is: numba's `min` and
-# `max`, like an @overload, compile a small function of their own on first use (0.03 to 0.04 s each).
+# `max`, like an @overload, compile a small function of their own on first use.
 def _type_extremum(context):
     def typer(a, b):
         return a if a == b and isinstance(a, (types.Float, types.Integer)) else None
@@ -71,7 +71,7 @@ def never_inline():
     """Keep the calling function a call wherever it is used: LLVM's `noinline` on it, compiled.
 
     blas.py's two helpers behind every tile product, inlined by LLVM at each of the drivers' seven products,
-    made about 0.1 s more to compile on a first run and ran no faster. Without numba it does nothing.
+    took longer to compile on a first run and ran no faster. Without numba it does nothing.
     """
 
 

@@ -3,7 +3,7 @@
 `rows(a, start, stop)` is a[start:stop] and `columns(a, start, stop)` is a[:, start:stop], for bounds the
 caller knows are in range: 0 <= start <= stop <= that axis's length. numba compiles a slice for any
 bounds (negative ones counted from the end, ones past the end clamped, any step), about 45 branches per
-sliced axis, which LLVM then simplifies: a tenth of flash attention's first compile (0.35 s). Compiled,
+sliced axis, which LLVM then simplifies: a good part of flash attention's first compile. Compiled,
 these move the data pointer and set one length; without numba (NUMBA_DISABLE_JIT=1) they are the
 slices themselves. Bounds out of range are the caller's error and are not checked.
 """

@@ -94,6 +94,12 @@ class Task:
         names = [self.token_name(int(t)) for t in batch.inputs[0]]
         return {"self-attention": ([self.token_name(int(t)) for t in batch.targets[0]], names)}
 
+    def attention_maps(self, model: Module, batch: Batch) -> dict[str, list[np.ndarray]]:
+        """Every layer's attention weights for the first example of `batch`: kind -> [layer (H, Tq, Tk)]."""
+        _, attention = self.logits(model, batch, return_attention=True)
+        groups = attention if isinstance(attention, dict) else {"self-attention": attention}
+        return {name: [w.detach().numpy()[0] for w in layers] for name, layers in groups.items()}
+
     def eval_batch(self) -> Batch:
         return self.batch(np.random.default_rng(EVAL_SEED), self.defaults.eval_size)
 

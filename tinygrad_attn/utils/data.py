@@ -71,7 +71,10 @@ class Subset(Dataset):
         self.dataset, self.indices = dataset, list(indices)
 
     def __getitem__(self, index: int) -> Any:
-        return self.dataset[self.indices[index]]
+        i = self.indices[_checked_index(index, len(self.indices), "Subset")]
+        if hasattr(self.dataset, "__len__"):
+            _checked_index(i, len(self.dataset), f"Subset: indices[{index}]")
+        return self.dataset[i]
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -101,15 +104,23 @@ class Sampler:
         raise NotImplementedError
 
 
+def _length(data_source: Any, sampler: str) -> int:
+    """len(data_source), or one clear error for a map-style dataset without __len__."""
+    if not hasattr(data_source, "__len__"):
+        raise TypeError(f"{sampler}: the dataset ({type(data_source).__name__}) has no __len__; give it one, "
+                        "or make it an IterableDataset, or pass a sampler")
+    return len(data_source)
+
+
 class SequentialSampler(Sampler):
     def __init__(self, data_source: Any):
         self.data_source = data_source
 
     def __iter__(self) -> Iterator[int]:
-        return iter(range(len(self.data_source)))
+        return iter(range(_length(self.data_source, "SequentialSampler")))
 
     def __len__(self) -> int:
-        return len(self.data_source)
+        return _length(self.data_source, "SequentialSampler")
 
 
 class RandomSampler(Sampler):
@@ -125,10 +136,10 @@ class RandomSampler(Sampler):
 
     @property
     def num_samples(self) -> int:
-        return len(self.data_source) if self._num_samples is None else self._num_samples
+        return _length(self.data_source, "RandomSampler") if self._num_samples is None else self._num_samples
 
     def __iter__(self) -> Iterator[int]:
-        g, n = _generator(self.generator), len(self.data_source)
+        g, n = _generator(self.generator), _length(self.data_source, "RandomSampler")
         if self.replacement:  # drawn lazily, 32 at a time as PyTorch does: num_samples may be huge
             return (int(i) for start in range(0, self.num_samples, 32)
                     for i in g.integers(0, n, min(32, self.num_samples - start)))
