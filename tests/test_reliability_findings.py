@@ -173,3 +173,24 @@ def test_explore_refuses_wrong_labels_empty_inputs_and_a_diverged_model():
         torch_free.embed.weight.fill_(float("nan"))
     with pytest.raises(ValueError, match="the loss is nan"):
         ta.viz.explore(torch_free, tokens)
+
+
+def test_the_memory_check_counts_a_process_address_space_limit():
+    """Under `ulimit -v` the room is the limit, not the machine's free memory: a request between the two is
+    one clear MemoryError, not numpy's "Unable to allocate" (or the kernel's killer)."""
+    import subprocess
+    import sys
+
+    code = ("import resource, numpy as np\n"
+            "from tinygrad_attn import memory\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY))\n"
+            "room = memory.available_bytes()\n"
+            "assert room is not None and room <= 3 << 30, room\n"
+            "try:\n"
+            "    memory.check_fits('op', 'an array', (2 << 30,), 4)\n"
+            "except MemoryError as err:\n"
+            "    assert 'more than the' in str(err), err\n"
+            "else:\n"
+            "    raise SystemExit('no MemoryError')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
