@@ -137,3 +137,79 @@ def test_the_notebook_view_renders_inside_its_frame(browser, page, tmp_path):
             "tag name", "h1").text
         browser.switch_to.default_content()
     assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def _js_fmt(v, lang):
+    """The page's `fmt`: 4 significant digits, exponent form beyond [1e-3, 1e4), a decimal comma in French."""
+    if v is None:
+        return "NaN"
+    if abs(v) >= 1e4 or (v != 0 and abs(v) < 1e-3):
+        mantissa, exponent = f"{v:.3e}".split("e")
+        text = f"{mantissa}e{int(exponent):+d}".replace("e+", "e+")
+    else:
+        text = format(v, "#.4g").rstrip(".")
+    return text.replace(".", ",") if lang == "fr" else text
+
+
+# every text of the page inside its box: SVG text inside its picture, HTML captions, legends, notes and
+# titles no wider than the room they have
+_OVERFLOW = """
+const bad = [];
+for (const svg of document.querySelectorAll("svg")) {
+  const box = svg.getBoundingClientRect();
+  if (!box.width) continue;
+  for (const t of svg.querySelectorAll("text")) {
+    const r = t.getBoundingClientRect();
+    if (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 || r.bottom > box.bottom + 1)
+      bad.push(`svg text "${t.textContent}" outside its picture`);
+  }
+}
+for (const e of document.querySelectorAll(".caption, .legend, .note, .formula, h1, h2, td, th, #readout, #nodeinfo"))
+  if (e.scrollWidth > e.clientWidth + 1)
+    bad.push(`${e.className || e.tagName} "${e.textContent.slice(0, 60)}" overflows`);
+return bad;
+"""
+
+
+@pytest.mark.parametrize("lang, words", [
+    ("en", ["Forward: every head", "Check: the formulas", "predicts", "The causal mask"]),
+    ("fr", ["Passe avant : les poids", "Vérification : les formules", "prédit", "Le masque causal"]),
+])
+def test_the_page_in_each_language_shows_every_number_whole_and_no_text_outside_its_box(browser, page, tmp_path,
+                                                                                        lang, words):
+    _, _, run = page
+    explorer = explore_run(run, "3 1 4 1 5 9 2 6", lang=lang)
+    path = explorer.save(tmp_path / f"explain-{lang}.html")
+    browser.get("file://" + os.path.abspath(path))
+    assert browser.execute_script("return document.documentElement.lang") == lang
+    text = browser.find_element("tag name", "body").text
+    for word in words:
+        assert word in text, word
+    other = {"en": "Passe avant", "fr": "Forward: every"}[lang]
+    assert other not in text  # no panel left in the other language
+    for layer, head in ((0, 0), (1, 2)):
+        browser.execute_script(f"window.explorer.select({layer}, {head})")
+        assert not browser.execute_script(_OVERFLOW)
+        panel = explorer.data["attention"][layer]
+        legends = browser.find_elements("css selector", "#maps .legend")
+        assert len(legends) == 3
+        for legend, key in zip(legends[1:], ("dP", "dS")):  # the largest |value| printed is the data's, whole
+            largest = max(abs(v) for row in panel[key][head] for v in row if v is not None)
+            assert legend.text.endswith(_js_fmt(largest, lang)), (legend.text, largest)
+    assert "pooled" not in text and "regroupées" not in text  # T = 16: nothing was pooled, so nothing says so
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("lang", ["en", "fr"])
+def test_a_translation_page_with_narrow_maps_cuts_no_text(browser, tmp_path, lang):
+    """Cross-attention over three words: the narrow panels where legends and titles used to be cut off."""
+    train(TrainConfig(task="translate", steps=3, out=str(tmp_path / "tr"), progress=False))
+    explorer = explore_run(str(tmp_path / "tr"), "le chat dort", lang=lang)
+    browser.get("file://" + os.path.abspath(explorer.save(tmp_path / "tr.html")))
+    for layer, panel in enumerate(explorer.data["attention"]):
+        browser.execute_script(f"window.explorer.select({layer}, 0)")
+        assert not browser.execute_script(_OVERFLOW), panel["name"]
+        legend = browser.find_elements("css selector", "#maps .legend")[2].text  # dS's
+        largest = max(abs(v) for row in panel["dS"][0] for v in row if v is not None)
+        assert legend.endswith(_js_fmt(largest, lang)), (legend, largest)

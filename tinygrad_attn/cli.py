@@ -63,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--input", required=True, help='the prompt, e.g. "3 1 4 1 5 9 2 6"')
     explain.add_argument("--out", default="explain.html", help="the page to write (default: explain.html)")
     explain.add_argument("--no-check", action="store_true", help="skip the finite-difference check")
+    explain.add_argument("--lang", choices=("en", "fr"),
+                         help="the page's language (default: the locale's, LANG=fr_FR... gives French)")
     attend = commands.add_parser("attend", help="answer one input with a trained model and draw its attention")
     attend.add_argument("--run", required=True, help="a run folder written by `train`")
     attend.add_argument("--input", required=True, help='the prompt, e.g. "3 1 4 1 5 9 2 6"')
@@ -199,7 +201,7 @@ def _explain(args: argparse.Namespace) -> None:
 
     if not args.out.strip():
         raise ValueError("--out: an empty path names nothing")
-    page = explore_run(args.run, args.input, check=not args.no_check)
+    page = explore_run(args.run, args.input, check=not args.no_check, lang=args.lang)
     page.save(args.out)
     print(f"wrote {args.out}: {page.stats['bytes']} bytes, built in {page.stats['build_seconds']} s")
 

@@ -227,8 +227,9 @@ def to_dot(tensor: Tensor, render: str | None = None, names: Any = None) -> str:
 def explore(model: Any, inputs: Any, targets: Any = None, loss: Any = None, **options: Any) -> Any:
     """One self-contained HTML page of `model` on `inputs`: every head's weights, their gradients dP and dS,
     the gradient reaching each token, the graph of one attention block on both paths, a finite-difference
-    check and, with snapshots, training. Shown inline in Jupyter; `.save("page.html")`. The explorer
-    package (tinygrad_attn.explorer) holds the code; imported here on first use, since it builds on nn."""
+    check and, with snapshots, training; `lang="fr"` or `"en"` (default: the locale's). Shown inline in
+    Jupyter; `.save("page.html")`. The explorer package (tinygrad_attn.explorer) holds the code; imported
+    here on first use, since it builds on nn."""
     from .explorer import explore as build
 
     return build(model, inputs, targets, loss, **options)

@@ -26,6 +26,22 @@ from ..tensor import Tensor
 from .collect import MAX_TOKENS, collect
 from .snapshots import load_snapshots
 
+LANGUAGES = ("en", "fr")
+
+
+def page_language(lang: str | None) -> str:
+    """"en" or "fr": the one given, else the user's locale (LC_ALL, LC_MESSAGES, LANG: fr_FR.UTF-8 -> "fr"),
+    else English."""
+    if lang is None:
+        for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
+            value = os.environ.get(name, "")
+            if value:
+                return "fr" if value.lower().startswith("fr") else "en"
+        return "en"
+    if lang not in LANGUAGES:
+        raise ValueError(f"explore: lang must be one of {', '.join(LANGUAGES)}, got {lang!r}")
+    return lang
+
 
 class Explorer:
     """The page: `.html` (the text), `.save(path)`, shown inline by Jupyter; `.stats` gives its size and
@@ -35,7 +51,8 @@ class Explorer:
         self.data, self.title = data, title
         payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")  # once
         template = resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
-        self.html = template.replace("__TITLE__", html.escape(title)).replace("__DATA__", payload)
+        self.html = (template.replace("__TITLE__", html.escape(title)).replace("__LANG__", data["lang"])
+                     .replace("__DATA__", payload))
         self.stats = {"bytes": len(self.html.encode("utf-8")), "data_bytes": len(payload),
                       "build_seconds": data["seconds"]}
 
@@ -79,7 +96,7 @@ def _default_loss(model: Module, inputs: Any, targets: Any, loss: Callable | Non
 
 def explore(model: Module, inputs: Any, targets: Any = None, loss: Callable | None = None,
             labels: dict | None = None, title: str | None = None, snapshots: dict | None = None,
-            curve: list | None = None, check: bool = True) -> Explorer:
+            curve: list | None = None, check: bool = True, lang: str | None = None) -> Explorer:
     """The explorer page of `model` on `inputs` (token ids (B, T), or a tuple of the model's arguments),
     for the first example of the batch.
 
@@ -87,25 +104,32 @@ def explore(model: Module, inputs: Any, targets: Any = None, loss: Callable | No
     language model, next-token cross-entropy on the inputs themselves. `labels` maps an attention kind
     ("self-attention", "encoder", "decoder_self", "cross") to (query labels, key labels); token ids are
     shown otherwise. `snapshots` (from `explorer.load_snapshots(run)`) adds the training slider, `curve`
-    ([[step, loss], ...]) the loss curve beside it.
+    ([[step, loss], ...]) the loss curve beside it. `lang` ("en" or "fr") is the page's language, by
+    default the user's locale's.
     """
     if not isinstance(model, Module):
         raise TypeError(f"explore: model must be a Module, got {type(model).__name__}")
+    lang = page_language(lang)
     for given in inputs if isinstance(inputs, tuple) else (inputs,):
         shape = np.shape(given._data if isinstance(given, Tensor) else given)
         if 0 in shape:
             raise ValueError(f"explore: inputs of shape {shape} are empty; give at least one position")
     data = collect(model, _default_loss(model, inputs, targets, loss), labels, check=check)
-    data["snapshots"], data["curve"] = snapshots, curve or []
+    data["snapshots"], data["curve"], data["lang"] = snapshots, curve or [], lang
     return Explorer(data, title or f"{type(model).__name__}: attention forward and backward")
 
 
-def explore_run(run: str, text: str, check: bool = True) -> Explorer:
-    """The page of a trained run folder on one input (a task's prompt, or text for the text task)."""
+def explore_run(run: str, text: str, check: bool = True, lang: str | None = None) -> Explorer:
+    """The page of a trained run folder on one input (a task's prompt, or text for the text task), in
+    `lang` ("en" or "fr"; by default the user's locale's)."""
     started = time.perf_counter()
+    lang = page_language(lang)
     task, model, parts = load_run(run)
     answer, batch = task.answer(model, text)
     data = collect(model, lambda: task.loss(model, batch)[0], task.labels(batch), check=check)
+    for panel in data["attention"]:  # a task labels a decoder's row with the token it predicts
+        panel["rows_predict"] = panel["kind"] != "encoder"
+    data["lang"], data["input_text"] = lang, text
     snapshots = load_snapshots(run)
     history = read_history(parts, os.path.join(run, CHECKPOINT))
     data["snapshots"] = snapshots

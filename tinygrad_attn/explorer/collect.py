@@ -223,6 +223,8 @@ def attention_panel(call: _Call, index: int, labels: dict | None,
         "name": call.name, "kind": kind, "heads": h, "tq": int(tq), "tk": int(tk),
         "q_labels": pooled_labels(q_labels), "k_labels": pooled_labels(k_labels),
         "pooled": bool(tq > MAX_TOKENS or tk > MAX_TOKENS),
+        "causal": bool(tq == tk and tq > 1 and not np.triu(p, 1).any()),  # nothing seen above the diagonal
+        "rows_predict": False,  # rows labelled with their own token (explore_run: with the one they predict)
         "P": _round(pool(p, (1, 2), summed=(2,))), "dP": _round(pool(d_p, (1, 2))), "dS": _round(pool(d_s, (1, 2))),
         "dQ": _round(pool(np.linalg.norm(d_q, axis=-1), (1,))), "dK": _round(pool(np.linalg.norm(d_k, axis=-1), (1,))),
         "dV": _round(pool(np.linalg.norm(d_v, axis=-1), (1,))),
@@ -412,7 +414,8 @@ def collect(model: Module, run: Callable[[], Tensor], labels: dict | None = None
             norms = np.linalg.norm(out.grad._data[index].astype(np.float64), axis=-1)
             known = [keys for _, keys in (labels or {}).values() if keys is not None and len(keys) == len(row)]
             in_labels = [str(x) for x in known[0]] if known else [str(int(t)) for t in row]
-            inputs.append({"name": name, "labels": pooled_labels(in_labels), "norm": _round(pool(norms, (0,)))})
+            inputs.append({"name": name, "labels": pooled_labels(in_labels), "norm": _round(pool(norms, (0,))),
+                           "pooled": len(in_labels) > MAX_TOKENS})
     panels, exacts = [], []
     for call in recorder.calls:
         panel, exact = attention_panel(call, index, labels, tokens)

@@ -1,8 +1,9 @@
 """Memory for the large arrays the kernels make, reused once nothing refers to it.
 
 glibc gives a freed array's pages back to the OS (above 128 KiB, or when the heap's free top passes
-its trim threshold), so the next step's arrays of the same sizes fault every page in again (docs/performance.md gives the
-count and the cost measured), where each fault also stops the other thread's work. `ta.runtime.configure` can ask
+its trim threshold), so the next step's arrays of the same sizes fault every page in again
+(docs/performance.md gives the count and the cost measured), where each fault also stops the other
+thread's work. `ta.runtime.configure` can ask
 glibc to keep memory, but that is a setting for the whole process. Here the library keeps only the
 memory of its own arrays, as PyTorch's caching allocators do:
 
