@@ -75,11 +75,11 @@ def test_to_dot_renders_svg_with_graphviz(tmp_path):
 
 
 def test_heatmap_grid_labels_queries_and_keys(tmp_path, monkeypatch):
-    plt = pytest.importorskip("matplotlib.pyplot")
+    figure = pytest.importorskip("matplotlib.figure")
     from tinygrad_attn import viz
 
-    figures = []
-    monkeypatch.setattr(plt, "close", lambda fig: figures.append(fig))
+    figures, save = [], figure.Figure.savefig
+    monkeypatch.setattr(figure.Figure, "savefig", lambda fig, *a, **k: (figures.append(fig), save(fig, *a, **k)))
     weights = np.random.default_rng(0).dirichlet(np.ones(3), size=(2, 4))  # (H=2, Tq=4, Tk=3)
     path = viz.heatmap_grid(weights, str(tmp_path / "h.png"), "title", queries=list("abcd"), keys=list("xyz"))
     assert path and (tmp_path / "h.png").stat().st_size > 1000
@@ -88,3 +88,42 @@ def test_heatmap_grid_labels_queries_and_keys(tmp_path, monkeypatch):
     assert [t.get_text() for t in axes[0].get_yticklabels()] == list("abcd")
     assert [t.get_text() for t in axes[1].get_xticklabels()] == list("xyz")
     assert len(figures[0].axes) == 3  # the two heads and a colour bar
+
+
+def _texts_and_overlaps(fig):
+    """Every visible text of a drawn figure with its size in points, and the tick labels that overlap."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in fig.findobj(lambda a: hasattr(a, "get_fontsize") and hasattr(a, "get_text"))
+             if t.get_visible() and t.get_text().strip()]
+    overlaps = []
+    for ax in fig.axes:
+        for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
+            boxes = [t.get_window_extent(renderer) for t in labels if t.get_text().strip()]
+            overlaps += [(a, b) for a, b in zip(boxes, boxes[1:]) if a.overlaps(b)]
+    return texts, overlaps
+
+
+@pytest.mark.parametrize("task_name, head", [("text", None), ("translate", None), ("translate", "1.2"),
+                                             ("reverse", None)])
+def test_attention_pictures_stay_readable_at_the_tasks_sizes(task_name, head, tmp_path):
+    """No text under 7 pt (about 10 px at 100 dpi), no tick labels on top of each other, numbers in the cells
+    only where they fit: the text task's 64 characters and the translation task's 6 panels of words."""
+    pytest.importorskip("matplotlib")
+    from tinygrad_attn import viz
+    from tinygrad_attn.tasks import TextTask, get_task
+
+    data = tmp_path / "t.txt"
+    data.write_text("the quick brown fox jumps over the lazy dog. " * 40, encoding="utf-8")
+    task = TextTask(data=str(data)) if task_name == "text" else get_task(task_name)
+    model = task.build_model()
+    _, batch = task.answer(model, task.sample_prompt())
+    fig = viz.attention_figure(task, model, batch, head=head, title="input: 'a long enough title' " * 4)
+    texts, overlaps = _texts_and_overlaps(fig)
+    small = [(t.get_text(), t.get_fontsize()) for t in texts if t.get_fontsize() < viz.MIN_POINTS]
+    assert not small and not overlaps, (small[:5], overlaps[:3])
+    width, height = fig.get_size_inches() * fig.dpi
+    title = fig._suptitle.get_window_extent(fig.canvas.get_renderer())
+    assert title.x0 >= -1 and title.x1 <= width + 1, (title, width)  # the title inside the figure
+    written = sum(len(ax.texts) for ax in fig.axes)  # weights written where the cells hold them (not in the
+    assert (written > 0) == (task_name != "text"), written  # text task's 64 x 64)

@@ -97,12 +97,12 @@ def test_default_corpus_needs_no_file():
 
 
 def test_attention_pictures_label_tokens_and_draw_one_head_large(tmp_path, monkeypatch):
-    plt = pytest.importorskip("matplotlib.pyplot")
+    figure = pytest.importorskip("matplotlib.figure")
     from tinygrad_attn.tasks import get_task
     from tinygrad_attn.viz import plot_attention
 
-    figures = []
-    monkeypatch.setattr(plt, "close", lambda fig: figures.append(fig))
+    figures, save = [], figure.Figure.savefig
+    monkeypatch.setattr(figure.Figure, "savefig", lambda fig, *a, **k: (figures.append(fig), save(fig, *a, **k)))
     train(TrainConfig(task="translate", steps=2, out=str(tmp_path / "tr"), progress=False))
     task, model, _ = load_run(str(tmp_path / "tr"))
     answer, batch = task.answer(model, "J'aime l'IA")

@@ -16,23 +16,25 @@ from .engine import Context
 from .tensor import Tensor
 
 _warned = False
+DPI = 100
+MIN_POINTS = 7  # no text in a picture smaller than this (7 pt at 100 dpi: about 10 pixels)
 
 
-def _pyplot():
-    """matplotlib.pyplot on a file-only backend, or None (said once) when matplotlib is missing."""
+def _figure(**options: Any) -> Any:
+    """A matplotlib Figure drawn off screen, or None (said once) when matplotlib is missing. A Figure of its
+    own, not pyplot's: the process's matplotlib backend and pyplot's figures are left as they are."""
     global _warned
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        return plt
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
     except ImportError:
         if not _warned:
             print("matplotlib is not installed (pip install matplotlib): attention pictures are skipped")
             _warned = True
         return None
+    figure = Figure(dpi=DPI, **options)
+    FigureCanvasAgg(figure)  # drawn by Agg, whatever backend pyplot uses
+    return figure
 
 
 def attention_maps(task: Any, model: Any, batch: Any) -> dict[str, list[np.ndarray]]:
@@ -48,9 +50,17 @@ def plot_attention(task: Any, model: Any, batch: Any, path: str, head: str | Non
     with the tokens (a decoder's row with the token it predicts), with a colour bar; one row of pictures
     per layer (and attention kind), one column per head. head="L.H" draws that one head large with the
     weight in each cell. Returns the path."""
-    plt = _pyplot()
-    if plt is None:
+    fig = attention_figure(task, model, batch, head, title)
+    if fig is None:
         return None
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    return path
+
+
+def attention_figure(task: Any, model: Any, batch: Any, head: str | None = None, title: str = "") -> Any:
+    """The Figure `plot_attention` saves (None without matplotlib). Every text is at least MIN_POINTS: each
+    panel is as large as its tokens need, tick labels are thinned where they would overlap, and the weights
+    are written in the cells only where the cells are large enough to hold them."""
     maps = attention_maps(task, model, batch)
     labels = task.labels(batch)
     rows = [(name, i, w) for name, layers in maps.items() for i, w in enumerate(layers)]
@@ -61,31 +71,40 @@ def plot_attention(task: Any, model: Any, batch: Any, path: str, head: str | Non
         name = next(iter(maps)) if len(maps) == 1 else ("cross" if "cross" in maps else next(iter(maps)))
         weights = maps[name][layer][h]
         queries, keys = labels.get(name, (None, None))
-        fig, ax = plt.subplots(figsize=(1 + 0.6 * weights.shape[1], 1 + 0.5 * weights.shape[0]))
+        cell = 0.45  # inches: room for "0.00" at 8 pt
+        fig = _figure(figsize=(1.5 + cell * weights.shape[1], 1.5 + cell * weights.shape[0]), layout="constrained")
+        if fig is None:
+            return None
+        ax = fig.add_subplot()
         image = ax.imshow(weights, cmap="viridis", vmin=0, vmax=1)
-        _values(ax, weights, 7)
-        _ticks(ax, queries, keys, 8)
+        _values(ax, weights, cell)
+        _ticks(ax, queries, keys, cell, cell)
         ax.set_title(f"{name} layer {layer} head {h}", fontsize=9)
         fig.colorbar(image, ax=ax, shrink=0.8)
+        width = 1.5 + cell * weights.shape[1]
     else:
         heads = rows[0][2].shape[0]
-        # constrained layout keeps each row's key labels clear of the next row's titles (narrow cross maps too)
-        fig, axes = plt.subplots(len(rows), heads, figsize=(2.8 * heads + 1, 3.0 * len(rows)), squeeze=False,
-                                 layout="constrained")
+        tq, tk = max(w.shape[1] for _, _, w in rows), max(w.shape[2] for _, _, w in rows)
+        side = min(max(2.4, 0.32 * max(tq, tk)), 6.0)  # a panel's side in inches: room for its labels
+        width = side * heads + 1.2
+        fig = _figure(figsize=(width, (side + 0.9) * len(rows) + 0.8), layout="constrained")
+        if fig is None:
+            return None
+        axes = fig.subplots(len(rows), heads, squeeze=False)
         for r, (name, layer, weights) in enumerate(rows):
             queries, keys = labels.get(name, (None, None))
             for h in range(heads):
                 ax = axes[r][h]
                 image = ax.imshow(weights[h], cmap="viridis", vmin=0, vmax=1, aspect="auto")
-                ax.set_title(f"{name} L{layer} H{h}", fontsize=8)
-                _ticks(ax, queries if h == 0 else None, keys, 6)
-                if max(weights[h].shape) <= 10:  # small maps show their values: a near-uniform (untrained) map
-                    _values(ax, weights[h], 5)    # reads as numbers, not as one flat colour
-        fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6)
-    fig.suptitle("\n".join(textwrap.wrap((title + "\n" if title else "") + caption, 90)), fontsize=9)
-    fig.savefig(path, dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return path
+                ax.set_title(f"{name} L{layer} H{h}", fontsize=MIN_POINTS + 1)
+                n_q, n_k = weights[h].shape
+                _ticks(ax, queries if h == 0 else None, keys, side / n_k, side / n_q)
+                _values(ax, weights[h], min(side / n_k, side / n_q))  # a near-uniform (untrained) map reads
+        fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6)  # as numbers where they fit, not one colour
+    chars = max(40, int(width * 72 / (0.6 * 9)))  # the title wrapped to the figure's width at 9 pt
+    lines = [line for part in (title, caption) if part for line in textwrap.wrap(part, chars)]
+    fig.suptitle("\n".join(lines), fontsize=9)
+    return fig
 
 
 def check_head(head: str, model: Any) -> tuple[int, int]:
@@ -108,41 +127,44 @@ def _parse_head(head: str, layers: int, heads: int) -> tuple[int, int]:
     return layer, h
 
 
-def _values(ax: Any, weights: np.ndarray, size: int) -> None:
-    """Each cell's weight written in it, dark on light cells and light on dark ones."""
+def _values(ax: Any, weights: np.ndarray, cell: float) -> None:
+    """Each cell's weight written in it (dark on light cells, light on dark), when a cell of `cell` inches
+    holds "0.00" at MIN_POINTS or more; otherwise none (the colour bar gives the scale)."""
+    size = min(9.0, cell * 72 / 2.6)  # "0.00" is about 2.4 em wide
+    if size < MIN_POINTS:
+        return
     for i in range(weights.shape[0]):
         for j in range(weights.shape[1]):
             ax.text(j, i, f"{weights[i, j]:.2f}", ha="center", va="center", fontsize=size,
                     color="black" if weights[i, j] > 0.5 else "white")
 
 
-def _ticks(ax: Any, queries: list[str] | None, keys: list[str] | None, size: int) -> None:
-    """Token names as tick labels; no ticks on an axis without names."""
-    if keys is not None:
-        ax.set_xticks(range(len(keys)), keys, fontsize=size, rotation=90)
-    else:
-        ax.set_xticks([])
-    if queries is not None:
-        ax.set_yticks(range(len(queries)), queries, fontsize=size)
-    else:
-        ax.set_yticks([])
+def _ticks(ax: Any, queries: list[str] | None, keys: list[str] | None, column: float, row: float) -> None:
+    """Token names as tick labels at MIN_POINTS + 1, every k-th where the columns (rows) are too narrow for
+    each to have its own (`column`, `row`: a cell's size in inches); no ticks on an axis without names."""
+    size = MIN_POINTS + 1
+    for names, step_room, set_ticks, rotation in ((keys, column, ax.set_xticks, 90), (queries, row, ax.set_yticks, 0)):
+        if names is None:
+            set_ticks([])
+            continue
+        every = max(1, int(np.ceil(size * 1.3 / 72 / step_room)))  # a label's line height over a cell's size
+        at = list(range(0, len(names), every))
+        set_ticks(at, [names[i] for i in at], fontsize=size, rotation=rotation)
 
 
 def plot_curves(history: list[dict], metric: str, path: str) -> str | None:
     """Training loss and the evaluation metric against step, side by side; returns the path."""
-    plt = _pyplot()
-    if plt is None or not history:
+    fig = _figure(figsize=(8, 3), layout="constrained") if history else None
+    if fig is None:
         return None
     steps = [h["step"] for h in history]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3))
+    left, right = fig.subplots(1, 2)
     left.plot(steps, [h["loss"] for h in history])
     left.set(xlabel="step", ylabel="training loss", title="training loss")
     evaluated = [h for h in history if h.get(metric) is not None]
     right.plot([h["step"] for h in evaluated], [h[metric] for h in evaluated], marker="o", color="C1")
     right.set(xlabel="step", ylabel=metric, title=f"held-out {metric}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    fig.savefig(path, dpi=DPI)
     return path
 
 
@@ -167,22 +189,21 @@ def heatmap_grid(weights: np.ndarray, path: str, title: str = "", queries: list[
                  keys: list[str] | None = None) -> str | None:
     """Save (H, Tq, Tk) attention weights as one heatmap per head (queries as rows, keys as columns),
     labelled with `queries` and `keys` when given, with a colour bar; returns the path."""
-    plt = _pyplot()
-    if plt is None:
-        return None
     heads, tq, tk = weights.shape
+    side = min(max(2.6, 0.32 * max(tq, tk)), 6.0)
+    fig = _figure(figsize=(side * heads + 1.2, side + 1.2), layout="constrained")
+    if fig is None:
+        return None
     queries = queries or [f"q{i}" for i in range(tq)]
     keys = keys or [f"k{j}" for j in range(tk)]
-    fig, axes = plt.subplots(1, heads, figsize=(max(2.6 * heads, 4.5), 3.2), squeeze=False)
+    axes = fig.subplots(1, heads, squeeze=False)
     for h in range(heads):
         image = axes[0][h].imshow(weights[h], cmap="viridis", vmin=0, vmax=1)
-        axes[0][h].set_title(f"head {h}", fontsize=8)
-        axes[0][h].set_xticks(range(tk), keys, fontsize=6, rotation=90)
-        axes[0][h].set_yticks(range(tq), queries if h == 0 else [""] * tq, fontsize=6)
+        axes[0][h].set_title(f"head {h}", fontsize=MIN_POINTS + 1)
+        _ticks(axes[0][h], queries if h == 0 else None, keys, side / tk, side / tq)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
-    fig.suptitle("\n".join(textwrap.wrap(title, 60)), fontsize=9)
-    fig.savefig(path, dpi=90, bbox_inches="tight")
-    plt.close(fig)
+    fig.suptitle("\n".join(textwrap.wrap(title, max(40, int((side * heads + 1.2) * 72 / 5.4)))), fontsize=9)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
     return path
 
 
