@@ -15,7 +15,7 @@ def by_hand(q, k, v, g):
     s = q @ k.T / np.sqrt(q.shape[-1])                 # S (T, T)
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)                      # P
-    # TODO: dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dP P)), then dQ and dK (mind the 1 / sqrt(d)).
+    # TODO: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), then dQ and dK (mind the 1 / sqrt(d)).
     raise todo("by_hand", 4)
 
 

@@ -105,3 +105,17 @@ def test_every_english_page_has_a_french_twin_and_back():
         assert twin.exists(), f"{page.name}: {twin} is missing"
         assert f"(../{page.name})" in twin.read_text(encoding="utf-8"), f"{twin.name} does not link back"
         assert len(BLOCK.findall(text)) == len(BLOCK.findall(twin.read_text(encoding="utf-8"))), twin.name
+
+
+def test_element_wise_products_are_written_with_a_star_and_no_path_to_the_tutorials():
+    """dS = P * (dP - D): juxtaposition means the matrix product everywhere (dQ = dS K), so an element-wise
+    product written as "P (dP - D)" reads as P @ (dP - D), which has the right shape and the wrong value. And
+    the tutorials are cited by title and author: a path to them opens nothing in a clone."""
+    texts = [*FILES, *(ROOT / "docs" / "notebooks").rglob("*.ipynb"), ROOT / "docs" / "notebooks" / "build.py",
+             *(ROOT / "exercises").rglob("*.py"), *(ROOT / "tinygrad_attn").rglob("*.py"),
+             ROOT / "tinygrad_attn" / "explorer" / "page.html"]
+    juxtaposed = re.compile(r"\bP \(dP|rowsum\(dP P\)|\bdP P\)|somme par ligne de dP P\b")
+    for path in texts:
+        text = path.read_text(encoding="utf-8")
+        assert not juxtaposed.search(text), (path, juxtaposed.search(text).group(0))
+        assert "shared/seeds" not in text, path

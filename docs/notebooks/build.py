@@ -45,14 +45,14 @@ TUTORIAL_000 = [
     {"en": """
 # 01 · Multi-head attention, step by step (tutorial 000)
 
-This notebook follows tutorial 000 (in `../shared/seeds/`, in French): its formulas, its `Attention`
+This notebook follows tutorial 000 (the French notebook "Multi-head Attention", author not named, which builds multi-head attention in PyTorch): its formulas, its `Attention`
 function, its `MHAttention` module, its shapes and its mask, in its order, with this library in place of
 PyTorch. Where the tutorial goes wrong, the cell shows it with numbers, then fixes it. Then it goes on where
 the tutorial stops: the backward pass of what it built, derived and checked.""",
      "fr": """
 # 01 · L'attention multi-têtes, pas à pas (tutoriel 000)
 
-Ce carnet suit le tutoriel 000 (dans `../shared/seeds/`) : ses formules, sa fonction `Attention`, son module
+Ce carnet suit le tutoriel 000 (le carnet « Multi-head Attention », auteur non nommé, qui construit l'attention multi-têtes en PyTorch) : ses formules, sa fonction `Attention`, son module
 `MHAttention`, ses formes et son masque, dans son ordre, avec cette bibliothèque à la place de PyTorch. Là
 où le tutoriel se trompe, la cellule le montre, chiffres à l'appui, puis corrige. Ensuite il continue là où
 le tutoriel s'arrête : la passe arrière de ce qu'il a construit, dérivée et vérifiée."""},
@@ -267,7 +267,7 @@ plt.show()
 With O = P V, P = softmax(S), S = Q K^T / sqrt(dh), and dO = dL/dO coming back from the output projection:
 
 - dV = P^T dO and dP = dO V^T (a product's two gradients);
-- dS = P (dP - rowsum(dO * O)): the softmax's backward (rowsum(dP * P) equals rowsum(dO * O));
+- dS = P * (dP - rowsum(dO * O)): the softmax's backward (rowsum(dP * P) equals rowsum(dO * O));
 - dQ = dS K / sqrt(dh) and dK = dS^T Q / sqrt(dh);
 - the split into heads is a reshape and a transpose, a reordering: its backward is the inverse reordering,
   so each head's dQ lands in the columns of Q that head came from.
@@ -279,7 +279,7 @@ The library's own gradients, caught with `retain_grad()` on the math path, again
 Avec O = P V, P = softmax(S), S = Q K^T / sqrt(dh), et dO = dL/dO qui revient de la projection de sortie :
 
 - dV = P^T dO et dP = dO V^T (les deux gradients d'un produit) ;
-- dS = P (dP - somme_ligne(dO * O)) : la passe arrière de la softmax (somme_ligne(dP * P) vaut
+- dS = P * (dP - somme_ligne(dO * O)) : la passe arrière de la softmax (somme_ligne(dP * P) vaut
   somme_ligne(dO * O)) ;
 - dQ = dS K / sqrt(dh) et dK = dS^T Q / sqrt(dh) ;
 - la séparation en têtes est un reshape et une transposition, un réordonnancement : sa passe arrière est
@@ -328,7 +328,7 @@ TUTORIAL_001 = [
     {"en": """
 # 02 · Multi-head attention in NumPy, then with the library (tutorial 001)
 
-This notebook follows tutorial 001 (in `../shared/seeds/`, in French), section by section: the formulas, an
+This notebook follows tutorial 001 (the French teaching notebook "Multi-Head Attention", author not named: NumPy from scratch, then PyTorch, heatmaps and head counts), section by section: the formulas, an
 implementation from scratch in NumPy with 3 tokens and 2 heads, the same with a framework (this library in
 place of PyTorch), heatmaps of the heads, shape checks, and the exercise with 1, 2, 4 and 8 heads. Two of
 its claims do not hold, and the cells show it with numbers: untrained heads do not "specialise", and more
@@ -337,7 +337,7 @@ notebook goes on to the backward pass through the heads.""",
      "fr": """
 # 02 · L'attention multi-têtes en NumPy, puis avec la bibliothèque (tutoriel 001)
 
-Ce carnet suit le tutoriel 001 (dans `../shared/seeds/`), section par section : les formules, une
+Ce carnet suit le tutoriel 001 (le carnet pédagogique « Multi-Head Attention », auteur non nommé : NumPy à la main, puis PyTorch, cartes de chaleur et nombre de têtes), section par section : les formules, une
 implémentation à partir de zéro en NumPy avec 3 jetons et 2 têtes, la même avec un framework (cette
 bibliothèque à la place de PyTorch), les cartes des têtes, la vérification des formes, et l'exercice à 1, 2,
 4 et 8 têtes. Deux de ses affirmations ne tiennent pas, et les cellules le montrent, chiffres à l'appui : des
@@ -505,24 +505,33 @@ for h in (1, 2, 4, 8):
 """,
     {"en": """
 To compare head counts, train: the reverse task (reverse 8 digits), one layer of width 16, 200 steps each,
-the same seed. Chance is ln 10 = 2.303 (a uniform guess among 10 digits). Every model ends far below it, and
+the same seed. Two baselines for the loss: a uniform guess over the vocabulary's 11 tokens (10 digits and
+the separator) gives ln 11 = 2.398, near where an untrained model starts (its random weights do a little
+worse: about 2.55 at the first logged step, step 5); a model that has learned only that an answer is a digit gives
+ln 10 = 2.303. Every model ends far below both, and
 the head counts now differ in something real: with d_model fixed, 8 heads of 2 features each learn this task
 more slowly than 1 head of 16.""",
      "fr": """
 Pour comparer les nombres de têtes, il faut entraîner : la tâche reverse (retourner 8 chiffres), une couche
-de largeur 16, 200 pas chacun, la même graine. Le hasard vaut ln 10 = 2,303 (un tirage uniforme parmi 10
-chiffres). Chaque modèle finit bien en dessous, et les nombres de têtes diffèrent maintenant par quelque
+de largeur 16, 200 pas chacun, la même graine. Deux repères pour la perte : un tirage uniforme parmi les
+11 jetons du vocabulaire (10 chiffres et le séparateur) donne ln 11 = 2,398, près de là où commence un
+modèle non entraîné (ses poids aléatoires font un peu moins bien : environ 2,55 au premier pas noté, le pas 5) ; un modèle
+qui a seulement appris qu'une réponse est un chiffre donne ln 10 = 2,303. Chaque modèle finit bien en
+dessous des deux, et les nombres de têtes diffèrent maintenant par quelque
 chose de réel : à d_model fixé, 8 têtes de 2 composantes apprennent cette tâche plus lentement qu'une tête
 de 16."""},
     """
 from tinygrad_attn.runs import TrainConfig
 from tinygrad_attn.train import train
 
-print(f"«chance|hasard»: ln 10 = {math.log(10):.3f}")
+print(f"«uniform over 11 tokens|uniforme sur 11 jetons»: ln 11 = {math.log(11):.3f}; "
+      f"«uniform over 10 digits|uniforme sur 10 chiffres»: ln 10 = {math.log(10):.3f}")
 for h in (1, 2, 4, 8):
     metrics = train(TrainConfig(task="reverse", steps=200, d_model=16, nhead=h, num_layers=1, dim_feedforward=32,
                                 seed=0, target=1.01, progress=False, out=tempfile.mkdtemp()))
-    print(f"«heads|têtes» {h}: «final loss|perte finale» {metrics['final_loss']:.3f},",
+    first = metrics["history"][0]
+    print(f"«heads|têtes» {h}: «loss at step|perte au pas» {first['step']} {first['loss']:.3f},",
+          f"«final loss|perte finale» {metrics['final_loss']:.3f},",
           f"«held-out accuracy|exactitude sur les données de test» {metrics['accuracy']:.2f}")
 """,
     {"en": """
@@ -583,7 +592,7 @@ TUTORIAL_004 = [
     {"en": """
 # 05 · Cross-attention, "J'aime l'IA" -> "I love AI" (tutorial 004)
 
-This notebook follows tutorial 004 (in `../shared/seeds/`, in French), cell by cell, with this library in
+This notebook follows tutorial 004 (the French Keras/TensorFlow notebook "Comprendre les mécanismes d'attention", author not named), cell by cell, with this library in
 place of Keras: two small vocabularies, 256-dimensional embeddings, the queries from the target sentence and
 the keys and values from the source sentence, one attention, then 8 heads of 32, the heads put back
 together and a last projection. It keeps the tutorial's sizes and prints every shape it printed. Then it
@@ -592,7 +601,7 @@ into the **source** sentence through K and V.""",
      "fr": """
 # 05 · L'attention croisée, « J'aime l'IA » -> « I love AI » (tutoriel 004)
 
-Ce carnet suit le tutoriel 004 (dans `../shared/seeds/`), cellule par cellule, avec cette bibliothèque à la
+Ce carnet suit le tutoriel 004 (le carnet Keras/TensorFlow « Comprendre les mécanismes d'attention », auteur non nommé), cellule par cellule, avec cette bibliothèque à la
 place de Keras : deux petits vocabulaires, des plongements de dimension 256, les requêtes tirées de la
 phrase cible, les clés et les valeurs de la phrase source, une attention, puis 8 têtes de 32, les têtes
 rassemblées et une dernière projection. Il garde les tailles du tutoriel et affiche chaque forme qu'il
@@ -749,14 +758,14 @@ TUTORIAL_002 = [
     {"en": """
 # 03 · The Transformer's attention function and multi-head class (tutorial 002)
 
-This notebook follows tutorial 002 (in `../shared/seeds/`, in French): why sequence models moved from
+This notebook follows tutorial 002 (a French notebook, author not named, on sequence models and the Transformer, built on the Annotated Transformer's code): why sequence models moved from
 recurrence to attention, the `attention` function and the multi-head class it takes from the Annotated
 Transformer, then self-attention. The class as printed cannot run, and one of its lines projects the query
 with the key's layer; the cells show each problem, then fix it. Then the backward pass of masked attention.""",
      "fr": """
 # 03 · La fonction d'attention et la classe multi-têtes du Transformer (tutoriel 002)
 
-Ce carnet suit le tutoriel 002 (dans `../shared/seeds/`) : pourquoi les modèles de séquences sont passés de
+Ce carnet suit le tutoriel 002 (un carnet, auteur non nommé, sur les modèles de séquences et le Transformer, construit sur le code de l'Annotated Transformer) : pourquoi les modèles de séquences sont passés de
 la récurrence à l'attention, la fonction `attention` et la classe multi-têtes qu'il reprend de l'Annotated
 Transformer, puis l'auto-attention. La classe telle qu'imprimée ne peut pas tourner, et l'une de ses lignes
 projette la requête avec la couche des clés ; les cellules montrent chaque problème, puis le corrigent.
@@ -912,11 +921,15 @@ answer, batch = task.answer(model, "3 1 4 1 5 9 2 6")
 maps = attention_maps(task, model, batch)["self-attention"]
 print("«accuracy|exactitude»:", metrics["accuracy"], " «answer|réponse»:", answer)
 queries, keys = task.labels(batch)["self-attention"]
-fig, ax = plt.subplots(figsize=(5, 4.5))
-ax.imshow(maps[-1][0], vmin=0, vmax=1, cmap="viridis")
+fig, ax = plt.subplots(figsize=(6, 5.5), layout="constrained")
+image = ax.imshow(maps[-1][0], vmin=0, vmax=1, cmap="viridis")
 ax.set_xticks(range(len(keys)), keys)
-ax.set_yticks(range(len(queries)), queries)
-ax.set_title("«reverse, last layer, head 0: rows predict the token shown|reverse, dernière couche, tête 0 : chaque ligne prédit le jeton indiqué»", fontsize=8)
+ax.set_yticks(range(len(queries)), [f"→ {t}" for t in queries])
+ax.set_xlabel("«keys: the tokens read|clés : les jetons lus»")
+ax.set_ylabel("«queries: → the token each position predicts|requêtes : → le jeton que prédit chaque position»")
+ax.set_title("«reverse, last layer, head 0|reverse, dernière couche, tête 0»\\n"
+             "«a weight of 1 is yellow, 0 dark|un poids de 1 est jaune, 0 sombre»", fontsize=10)
+fig.colorbar(image, ax=ax, shrink=0.8, label="«attention weight|poids d'attention»")
 plt.show()
 """,
     {"en": """
@@ -952,14 +965,14 @@ TUTORIAL_003 = [
     {"en": """
 # 04 · Attention as a soft dictionary lookup (tutorial 003)
 
-This notebook follows tutorial 003 (in `../shared/seeds/`, in French): keys, values and a query; scores
+This notebook follows tutorial 003 (the French article "Comprendre le mécanisme d'attention : la clé du succès en Deep Learning" by Auguste Hoang): keys, values and a query; scores
 c_i = <q, k_i>; weights s = softmax(c); the result. Its formula weights the values by the raw scores c_i
 instead of s_i, and it calls attention an "activation": the cells show both with numbers. Then its NumPy
 code, beside this library, and the backward pass of the lookup.""",
      "fr": """
 # 04 · L'attention comme un dictionnaire souple (tutoriel 003)
 
-Ce carnet suit le tutoriel 003 (dans `../shared/seeds/`) : des clés, des valeurs et une requête ; les scores
+Ce carnet suit le tutoriel 003 (l'article « Comprendre le mécanisme d'attention : la clé du succès en Deep Learning » d'Auguste Hoang) : des clés, des valeurs et une requête ; les scores
 c_i = <q, k_i> ; les poids s = softmax(c) ; le résultat. Sa formule pondère les valeurs par les scores bruts
 c_i au lieu des s_i, et il appelle l'attention une « activation » : les cellules montrent les deux, chiffres à
 l'appui. Puis son code NumPy, à côté de cette bibliothèque, et la passe arrière de la recherche."""},
@@ -1072,23 +1085,30 @@ print("«shape|forme»", ours.shape, " «largest difference|plus grand écart»:
     {"en": """
 ## Beyond the tutorial: the backward pass of the lookup
 
-For one query with result r = sum_i s_i v_i and a gradient g = dL/dr coming back: dv_i = s_i g (each value
-gets its weight's share); ds_i = <g, v_i>; through the softmax, dc_i = s_i (ds_i - <g, r>); and
-dq = sum_i dc_i k_i / sqrt(d), dk_i = dc_i q / sqrt(d). The formulas against the library's gradients:""",
+From here the scores are scaled as scaled dot-product attention scales them: c_i = <q, k_i> / sqrt(d) (the
+first cells' c_i divided by sqrt(d); the code below says so again). For one query with weights
+s = softmax(c), result r = sum_i s_i v_i and a gradient g = dL/dr coming back: dv_i = s_i g (each value gets
+its weight's share); ds_i = <g, v_i>; through the softmax, dc_i = s_i (ds_i - <g, r>), the gradient of the
+scaled score; and because c_i = <q, k_i> / sqrt(d), dq = sum_i dc_i k_i / sqrt(d) and dk_i = dc_i q / sqrt(d)
+(with the unscaled scores of the first cells there would be no 1 / sqrt(d)). The formulas against the
+library's gradients:""",
      "fr": """
 ## Au-delà du tutoriel : la passe arrière de la recherche
 
-Pour une requête de résultat r = somme_i s_i v_i et un gradient g = dL/dr qui revient : dv_i = s_i g (chaque
-valeur reçoit la part de son poids) ; ds_i = <g, v_i> ; à travers la softmax, dc_i = s_i (ds_i - <g, r>) ;
-et dq = somme_i dc_i k_i / sqrt(d), dk_i = dc_i q / sqrt(d). Les formules face aux gradients de la
-bibliothèque :"""},
+À partir d'ici, les scores sont mis à l'échelle comme le fait l'attention à produit scalaire normalisé :
+c_i = <q, k_i> / sqrt(d) (les c_i des premières cellules divisés par sqrt(d) ; le code ci-dessous le redit).
+Pour une requête de poids s = softmax(c), de résultat r = somme_i s_i v_i et un gradient g = dL/dr qui
+revient : dv_i = s_i g (chaque valeur reçoit la part de son poids) ; ds_i = <g, v_i> ; à travers la
+softmax, dc_i = s_i (ds_i - <g, r>), le gradient du score mis à l'échelle ; et comme c_i = <q, k_i> / sqrt(d),
+dq = somme_i dc_i k_i / sqrt(d) et dk_i = dc_i q / sqrt(d) (avec les scores non divisés des premières
+cellules, il n'y aurait pas de 1 / sqrt(d)). Les formules face aux gradients de la bibliothèque :"""},
     """
 d = 2
 qt, kt, vt = (ta.tensor(a, requires_grad=True) for a in (query[None], keys, values))
 r = F.scaled_dot_product_attention(qt, kt, vt)            # (1, d_val)
 g = np.array([[1.0, -2.0]])
 (r * ta.tensor(g)).sum().backward()
-c = keys @ query / np.sqrt(d)
+c = keys @ query / np.sqrt(d)                            # «the scaled scores|les scores mis à l'échelle» c_i = <q, k_i> / sqrt(d)
 s = np.exp(c - c.max()) / np.exp(c - c.max()).sum()
 result = s @ values
 dc = s * (values @ g[0] - g[0] @ result)
@@ -1149,7 +1169,7 @@ print("O =", o.detach().numpy().round(4).tolist())
 (1, e^0.7071) / (1 + e^0.7071) = (0.3302, 0.6698). O = P V.
 
 **Backward**, with dO all ones: dV = P^T dO, dP = dO V^T = [[3, 7], [3, 7]], D = rowsum(dO * O) = (5, 5.679),
-dS = P (dP - D) = [[-1, 1], [-0.8847, 0.8847]] (each row sums to 0), dQ = dS K / sqrt(2) (its first column
+dS = P * (dP - D) = [[-1, 1], [-0.8847, 0.8847]] (each row sums to 0), dQ = dS K / sqrt(2) (its first column
 is 0: both keys share their first coordinate, a shift of the whole row the softmax ignores), and
 dK = dS^T Q / sqrt(2). The library's numbers:""",
      "fr": """
@@ -1158,7 +1178,7 @@ dK = dS^T Q / sqrt(2). The library's numbers:""",
 (1, e^0,7071) / (1 + e^0,7071) = (0,3302 ; 0,6698). O = P V.
 
 **Passe arrière**, avec dO rempli de 1 : dV = P^T dO, dP = dO V^T = [[3, 7], [3, 7]],
-D = somme_ligne(dO * O) = (5 ; 5,679), dS = P (dP - D) = [[-1, 1], [-0,8847 ; 0,8847]] (chaque ligne a pour
+D = somme_ligne(dO * O) = (5 ; 5,679), dS = P * (dP - D) = [[-1, 1], [-0,8847 ; 0,8847]] (chaque ligne a pour
 somme 0), dQ = dS K / sqrt(2) (sa première colonne est nulle : les deux clés partagent leur première
 coordonnée, un décalage de toute la ligne que la softmax ignore), et dK = dS^T Q / sqrt(2). Les nombres de la
 bibliothèque :"""},
@@ -1169,7 +1189,7 @@ print("dS =", s.grad.numpy().round(4).tolist())
 print("dQ =", q.grad.numpy().round(4).tolist())
 print("dK =", k.grad.numpy().round(4).tolist())
 P, dP, O = p.detach().numpy(), p.grad.numpy(), o.detach().numpy()
-assert np.allclose(s.grad.numpy(), P * (dP - O.sum(-1, keepdims=True)))   # «dS = P (dP - rowsum(dO * O)), dO = 1|dS = P (dP - somme_ligne(dO * O)), dO = 1»
+assert np.allclose(s.grad.numpy(), P * (dP - O.sum(-1, keepdims=True)))   # «dS = P * (dP - rowsum(dO * O)), dO = 1|dS = P * (dP - somme_ligne(dO * O)), dO = 1»
 """,
     {"en": """
 The same numbers on both paths of `scaled_dot_product_attention`, and the trace of the backward, one row per

@@ -13,7 +13,7 @@ def by_hand(q, k, v, g):
     p /= p.sum(-1, keepdims=True)                      # P
     dv = p.T @ g                                       # dV = P^T dO
     dp = g @ v.T                                       # dP = dO V^T
-    ds = p * (dp - (dp * p).sum(-1, keepdims=True))    # dS = P (dP - rowsum(dP P))
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))    # dS = P * (dP - rowsum(dP * P))
     dq = ds @ k / np.sqrt(q.shape[-1])                 # dQ = dS K / sqrt(d)
     dk = ds.T @ q / np.sqrt(q.shape[-1])               # dK = dS^T Q / sqrt(d)
     return dq, dk, dv

@@ -13,7 +13,7 @@ Backward (FlashAttention-2), for one range of key tiles of one group, over the
 query blocks that see each tile, recomputing P from lse instead of storing it:
 
     P = exp(S - lse),  dV += P^T dO,  dP = dO v^T
-    dS = P (dP - delta),  delta = rowsum(dO * out)
+    dS = P * (dP - delta),  delta = rowsum(dO * out)
     dQ += scale dS k,  dK += scale dS^T q
 
 `attend_query_blocks` and `backward_key_ranges` are those loops over a list of
@@ -166,7 +166,7 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
                 exp_shifted(s_rows, n, lse_rows, r0, c0, causal)  # S <- P = exp(S - lse)
                 matmul_into(s.T, d_out, dv_tile, 1.0, 1.0, gemm)  # dV += P^T dO: (bk, bq) (bq, dv)
                 matmul_into(d_out, v_t, dp, 1.0, 0.0, gemm)  # dP = dO v^T: (bq, dv) (dv, bk)
-                score_gradient(s_rows, dp_rows, n, rows(delta, r0, r1), scale)  # dP <- scale dS, dS = P (dP - delta)
+                score_gradient(s_rows, dp_rows, n, rows(delta, r0, r1), scale)  # dP <- scale dS, dS = P * (dP - delta)
                 matmul_into(dp, k_tile, rows(dq_g, r0, r1), 1.0, 1.0, gemm)  # dQ += scale dS k: (bq, bk) (bk, d)
                 matmul_into(dp.T, q_rows, dk_tile, 1.0, 1.0, gemm)  # dK += scale dS^T q: (bk, bq) (bq, d)
 

@@ -87,7 +87,7 @@ def online_softmax(s, n, m, l, alpha, q_start, k_start, causal, last):  # noqa: 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
 def score_gradient(p, dp, n, delta, scale):
-    """dp (bq, width) -> scale dS in place on the tile's n columns, dS = P (dP - delta): the softmax backward
+    """dp (bq, width) -> scale dS in place on the tile's n columns, dS = P * (dP - delta): the softmax backward
     of a tile, times the score scale that dQ = scale dS K and dK = scale dS^T Q both need."""
     wide_vectors()
     bq = p.shape[0]
