@@ -183,3 +183,17 @@ def test_a_tampered_run_config_is_refused_before_any_model_is_built(tmp_path, ke
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "ValueError" in proc.stderr and "MemoryError" not in proc.stderr
     assert key in proc.stderr.strip().splitlines()[-1]
+
+
+def test_the_command_line_reports_an_early_stop_and_checks_head_before_answering(tmp_path, capsys):
+    run = str(tmp_path / "early")
+    code, out, _ = run_cli(["train", "--task", "reverse", "--steps", "1000", "--target", "0.02", "--out", run,
+                            "--no-progress", "--no-plot"], capsys)
+    metrics = json.loads((tmp_path / "early" / "metrics.json").read_text())
+    assert code == 0 and metrics["stopped_early"] and 0 < metrics["steps"] < 1000
+    assert f"stopped early at step {metrics['steps']} of 1000" in out and "(reached the target 0.02)" in out
+    code, out, err = run_cli(["attend", "--run", run, "--input", "3 1 4 1 5 9 2 6", "--head", "5.9"], capsys)
+    assert code == 2 and out == "" and "--head 5.9: the model has layers 0..1" in err  # no answer printed first
+    code, out, err = run_cli(["explain", "--run", run, "--input", "3 1 4 1 5 9 2 6", "--out",
+                              str(tmp_path / "missing" / "p.html")], capsys)
+    assert code == 2 and "does not exist" in err

@@ -201,6 +201,9 @@ def _explain(args: argparse.Namespace) -> None:
 
     if not args.out.strip():
         raise ValueError("--out: an empty path names nothing")
+    folder = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise ValueError(f"--out: cannot write {args.out}: the folder {folder} does not exist or is not writable")
     page = explore_run(args.run, args.input, check=not args.no_check, lang=args.lang)
     page.save(args.out)
     print(f"wrote {args.out}: {page.stats['bytes']} bytes, built in {page.stats['build_seconds']} s")

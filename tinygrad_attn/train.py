@@ -105,10 +105,13 @@ class _Progress:
             bpc = f" ({value / math.log(2):.3f} bits per character)" if metric == "val_loss" else ""
             print(f"step {step}: loss {loss:.4f}, held-out {metric} {value:.4f}{bpc}", flush=True)
 
-    def close(self) -> None:
+    def close(self, step: int, stopped_early: bool) -> None:
         if self.first:  # no step was taken after all
             print(flush=True)
         if self.bar is not None:
+            if stopped_early:  # the bar ends full at the step the run stopped, and says why
+                self.bar.total = step
+                self.bar.set_description(f"{self.task} (target reached)")
             self.bar.close()
 
 
@@ -205,8 +208,8 @@ def train(config: TrainConfig, callbacks: Iterable[Any] = ()) -> dict[str, Any]:
             save_checkpoint(path, model, optimizer, step, config, step_loss, value, run.history)
         progress.update(step, step_loss, reported if scheduled or final else None,
                         step / (time.perf_counter() - start))
-    progress.close()
     run.stopped_early = run.step < config.steps
+    progress.close(run.step, run.stopped_early)
     if reported is None:  # no step was taken: report the model as it is
         reported = task.evaluate(model)
     save_checkpoint(path, model, optimizer, run.step, config, run.loss, value, run.history)
