@@ -62,6 +62,21 @@ def test_layer_norm(data, lead, n, affine):
     np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-10, atol=1e-12)
 
 
+@given(data=st.data(), lead=shapes(0, 2), n=st.integers(1, 5), affine=st.booleans())
+def test_rms_norm(data, lead, n, affine):
+    x, w = data.draw(arrays(lead + (n,))), data.draw(arrays((n,)))
+    expected = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-3) * (w if affine else 1.0)
+    if affine:
+        out = F.rms_norm(T(x), n, T(w), eps=1e-3)
+        assert ta.gradcheck(lambda x_, w_: F.rms_norm(x_, n, w_, 1e-3), [T(x), T(w)])
+    else:
+        out = ta.nn.RMSNorm(n, eps=1e-3, elementwise_affine=False)(T(x))
+        assert ta.gradcheck(lambda x_: F.rms_norm(x_, (n,), eps=1e-3), [T(x)])
+    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match=r"rms_norm: weight has shape"):
+        F.rms_norm(T(x), n, T(np.ones(n + 1)))
+
+
 def test_layer_norm_over_two_trailing_dims_and_bad_shape():
     x = np.random.default_rng(1).normal(size=(2, 3, 4))
     out = F.layer_norm(T(x, False), (3, 4))

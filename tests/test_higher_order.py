@@ -135,6 +135,13 @@ def test_softmax_and_log_softmax_are_twice_differentiable(dim, data, shape, mask
 
 @few
 @given(data=st.data(), lead=shapes(max_dims=2, min_side=1), n=st.integers(1, 4))
+def test_rms_norm_is_twice_differentiable(data, lead, n):
+    x, w = leaf(data.draw(arrays(lead + (n,)))), leaf(data.draw(arrays((n,))))
+    assert ta.gradgradcheck(lambda x_, w_: F.rms_norm(x_, (n,), w_, 1e-3) ** 2, [x, w])
+
+
+@few
+@given(data=st.data(), lead=shapes(max_dims=2, min_side=1), n=st.integers(1, 4))
 def test_layer_norm_is_twice_differentiable(data, lead, n):
     x, w, b = leaf(data.draw(arrays(lead + (n,)))), leaf(data.draw(arrays((n,)))), leaf(data.draw(arrays((n,))))
     assert ta.gradgradcheck(lambda x_, w_, b_: F.layer_norm(x_, (n,), w_, b_) ** 2, [x, w, b])

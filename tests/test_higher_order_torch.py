@@ -47,6 +47,7 @@ OPS = {
     "gelu": (lambda m, x: F_of(m).gelu(x) * x, 1, None),
     "gelu_tanh": (lambda m, x: F_of(m).gelu(x, approximate="tanh") ** 2, 1, None),
     "layer_norm": (lambda m, x, w: F_of(m).layer_norm(x, (x.shape[-1],), w[0], w[1]) ** 2, 2, "affine"),
+    "rms_norm": (lambda m, x, w: F_of(m).rms_norm(x, (x.shape[-1],), w[0], 1e-3) ** 2, 2, "affine"),
     "relu_abs": (lambda m, x: x.relu() * x.abs() * x, 1, None),
     "getitem_cat": (lambda m, x: m.cat([x[:, :1] ** 2, x[:, 1:] * x[:, :-1]], 1), 1, None),
     "cumsum_where": (lambda m, x: m.where(x > 0, x.cumsum(0) ** 2, x * 3), 1, None),

@@ -22,6 +22,7 @@ from tinygrad_attn.kernels.embedding import scatter_add_rows, scatter_add_rows_r
 from tinygrad_attn.kernels.gelu import gelu_backward, gelu_forward, gelu_reference
 from tinygrad_attn.kernels.layernorm import layer_norm_backward, layer_norm_forward, layer_norm_reference
 from tinygrad_attn.kernels.relu import relu_backward, relu_forward, relu_reference
+from tinygrad_attn.kernels.rmsnorm import rms_norm_backward, rms_norm_forward, rms_norm_reference
 from tinygrad_attn.kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward, softmax_reference
 from tinygrad_attn.kernels.views import columns, rows
 
@@ -59,6 +60,27 @@ def test_layer_norm_kernel_matches_reference(dtype, rows, n, seed):
     np.testing.assert_allclose(y, layer_norm_reference(x, w, b, 1e-5), **tol(dtype))
     np.testing.assert_allclose(mean, x.mean(-1), **tol(dtype))
     np.testing.assert_allclose(rstd, 1 / np.sqrt(x.var(-1) + 1e-5), rtol=1e-4 if dtype == np.float32 else 1e-10)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(rows=st.integers(1, 6), n=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_rms_norm_kernel_matches_reference_and_its_backward_the_finite_differences(dtype, rows, n, seed):
+    rng = np.random.default_rng(seed)
+    x, w, g = (rng.normal(size=s).astype(dtype) for s in ((rows, n), (n,), (rows, n)))
+    y, rstd = rms_norm_forward(x, w, 1e-5)
+    np.testing.assert_allclose(y, rms_norm_reference(x, w, 1e-5), **tol(dtype))
+    np.testing.assert_allclose(rstd, 1 / np.sqrt((x * x).mean(-1) + 1e-5), rtol=1e-4 if dtype == np.float32 else 1e-10)
+    if dtype == np.float64:  # the closed-form backward against central differences of sum(g * y)
+        dx, dw = rms_norm_backward(g, x, w, rstd)
+        h, loss = 1e-6, lambda x_, w_: (g * rms_norm_reference(x_, w_, 1e-5)).sum()
+        for (i, j) in [(r, c) for r in range(rows) for c in range(n)][:12]:
+            e = np.zeros_like(x)
+            e[i, j] = h
+            assert abs((loss(x + e, w) - loss(x - e, w)) / (2 * h) - dx[i, j]) < 1e-6
+        for j in range(n):
+            e = np.zeros_like(w)
+            e[j] = h
+            assert abs((loss(x, w + e) - loss(x, w - e)) / (2 * h) - dw[j]) < 1e-6
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -161,6 +183,8 @@ def _row_kernel_results(rng_seed, rows, n, dtype):
         results += [y, y_log, lse, softmax_backward(y, g), log_softmax_backward(y_log, g, lse)]
     y, mean, rstd = layer_norm_forward(x, w, b, 1e-5)
     results += [y, *layer_norm_backward(g, x, w, mean, rstd)]
+    y, rstd = rms_norm_forward(x, w, 1e-5)
+    results += [y, *rms_norm_backward(g, x, w, rstd)]
     loss, lse = cross_entropy_forward(x, target, -100)
     results += [loss, cross_entropy_backward(x, target, lse, g[:, 0].copy(), -100)]
     flat, flat_g = x.reshape(-1), g.reshape(-1)

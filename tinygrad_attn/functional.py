@@ -22,7 +22,7 @@ import numpy as np
 from . import rng
 from .checks import check_number, check_tensor, float_tensor
 from .engine import ScopedSetting
-from .fused import CrossEntropy, FlashAttention, Gelu, LayerNorm, attention_weights, log_softmax, softmax
+from .fused import CrossEntropy, FlashAttention, Gelu, LayerNorm, RMSNorm, attention_weights, log_softmax, softmax
 from .memory import check_fits
 from .tensor import Tensor
 
@@ -35,31 +35,48 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> Tensor:
     """LayerNorm over the trailing dims `normalized_shape`; weight and bias have that shape."""
-    x = float_tensor(x, "layer_norm")
+    x, n, k, dtype, rows = _normalized(x, normalized_shape, {"weight": weight, "bias": bias}, "layer_norm")
+    eps = check_number(eps, "eps", "layer_norm", 0.0)
+    weight = Tensor(np.ones(n, dtype)) if weight is None else rows(weight, (n,))
+    bias = Tensor(np.zeros(n, dtype)) if bias is None else rows(bias, (n,))
+    out = LayerNorm.apply(rows(x, x.shape[: x.ndim - k] + (n,)), weight, bias, eps=eps)
+    return out if out.shape == x.shape else out.reshape(x.shape)
+
+
+def rms_norm(x: Tensor, normalized_shape: int | tuple[int, ...], weight: Tensor | None = None,
+             eps: float | None = None) -> Tensor:
+    """RMSNorm over the trailing dims `normalized_shape`: x / sqrt(mean(x^2) + eps) * weight, PyTorch's
+    `F.rms_norm` (eps None: the dtype's machine epsilon, as PyTorch). A fused row kernel, layer norm's twin."""
+    x, n, k, dtype, rows = _normalized(x, normalized_shape, {"weight": weight}, "rms_norm")
+    eps = float(np.finfo(dtype).eps) if eps is None else check_number(eps, "eps", "rms_norm", 0.0)
+    weight = Tensor(np.ones(n, dtype)) if weight is None else rows(weight, (n,))
+    out = RMSNorm.apply(rows(x, x.shape[: x.ndim - k] + (n,)), weight, eps=eps)
+    return out if out.shape == x.shape else out.reshape(x.shape)
+
+
+def _normalized(x: Tensor, normalized_shape: Any, params: dict, op: str) -> tuple:
+    """Checks shared by the norms: (x, N = prod(normalized_shape), k = its number of dims, the result dtype,
+    rows(t, shape)), where rows casts a tensor to that dtype and reshapes it only when needed."""
+    x = float_tensor(x, op)
     if not isinstance(normalized_shape, (int, np.integer, tuple, list)):
-        raise TypeError(f"layer_norm: normalized_shape must be an int or a tuple of ints, got {normalized_shape!r}")
+        raise TypeError(f"{op}: normalized_shape must be an int or a tuple of ints, got {normalized_shape!r}")
     single = isinstance(normalized_shape, (int, np.integer))
     normalized_shape = (normalized_shape,) if single else tuple(normalized_shape)
     if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0 for n in normalized_shape):
-        raise ValueError(f"layer_norm: normalized_shape must hold positive ints, got {normalized_shape}")
+        raise ValueError(f"{op}: normalized_shape must hold positive ints, got {normalized_shape}")
     k = len(normalized_shape)
     if x.shape[x.ndim - k :] != normalized_shape or k == 0 or k > x.ndim:
-        raise ValueError(f"layer_norm: normalized_shape {normalized_shape} does not end the input shape {x.shape}")
-    eps = check_number(eps, "eps", "layer_norm", 0.0)
-    for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None and check_tensor(p, "layer_norm", name).shape != normalized_shape:
-            raise ValueError(f"layer_norm: {name} has shape {p.shape}, expected {normalized_shape}")
-    dtype = np.result_type(*(t.dtype for t in (x, weight, bias) if t is not None))
-    n = int(np.prod(normalized_shape))
+        raise ValueError(f"{op}: normalized_shape {normalized_shape} does not end the input shape {x.shape}")
+    for name, p in params.items():
+        if p is not None and check_tensor(p, op, name).shape != normalized_shape:
+            raise ValueError(f"{op}: {name} has shape {p.shape}, expected {normalized_shape}")
+    dtype = np.result_type(x.dtype, *(t.dtype for t in params.values() if t is not None))
 
     def rows(t: Tensor, shape: tuple[int, ...]) -> Tensor:  # no reshape node when the shape is already right
         t = t.astype(dtype)
         return t if t.shape == shape else t.reshape(shape)
 
-    weight = Tensor(np.ones(n, dtype)) if weight is None else rows(weight, (n,))
-    bias = Tensor(np.zeros(n, dtype)) if bias is None else rows(bias, (n,))
-    out = LayerNorm.apply(rows(x, x.shape[: x.ndim - k] + (n,)), weight, bias, eps=eps)
-    return out if out.shape == x.shape else out.reshape(x.shape)
+    return x, int(np.prod(normalized_shape)), k, dtype, rows
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
@@ -331,5 +348,5 @@ def packed_self_attention(qkv: Tensor, mask: Any = None, is_causal: bool = False
     return out.transpose(-3, -2)  # (..., T, H, d)
 
 
-__all__ = ["cross_entropy", "dropout", "gelu", "layer_norm", "log_softmax", "packed_self_attention", "relu",
+__all__ = ["cross_entropy", "dropout", "gelu", "layer_norm", "log_softmax", "packed_self_attention", "relu", "rms_norm",
            "scaled_dot_product_attention", "SDPBackend", "sdpa_kernel", "softmax"]

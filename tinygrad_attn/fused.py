@@ -26,6 +26,7 @@ from .kernels.gelu import gelu_backward, gelu_forward
 from .kernels.layernorm import layer_norm_backward, layer_norm_forward
 from .kernels.layout import as_group_grid, grid_bias
 from .kernels.parallel import column_sums, row_split_matmul
+from .kernels.rmsnorm import rms_norm_backward, rms_norm_forward
 from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
 from .ops import Cat, Erf, GetItem, Permute, Where, rows_of
 
@@ -122,6 +123,28 @@ class LayerNorm(Function):
         centred = x - x.mean(-1, keepdim=True)  # (..., N)
         variance = (centred * centred).mean(-1, keepdim=True)  # the biased variance, as PyTorch's
         return centred * (variance + eps) ** -0.5 * weight + bias
+
+
+class RMSNorm(Function):
+    """Divide by the root mean square over the last axis, then scale by weight ((N,)): layer norm without
+    the mean or the bias."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        x2 = _rows(x)  # (R, N)
+        y, rstd = rms_norm_forward(x2, weight, eps)
+        ctx.save_for_backward(x2, weight, rstd)
+        return y.reshape(x.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x2, weight, rstd = ctx.saved_tensors
+        grad_x, grad_weight = rms_norm_backward(_rows(grad), x2, weight, rstd)  # (R, N), (N,)
+        return grad_x.reshape(grad.shape), grad_weight
+
+    @staticmethod
+    def math(x, weight, eps):
+        return x * ((x * x).mean(-1, keepdim=True) + eps) ** -0.5 * weight  # x / sqrt(mean(x^2) + eps) w
 
 
 class Gelu(Function):

@@ -32,6 +32,7 @@ from .layers import (
     Linear,
     PositionalEncoding,
     ReLU,
+    RMSNorm,
     sinusoidal_table,
 )
 from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss
@@ -78,6 +79,7 @@ __all__ = [
     "Embedding",
     "FeedForward",
     "LayerNorm",
+    "RMSNorm",
     "LearnedPositionalEncoding",
     "Linear",
     "Module",

@@ -28,6 +28,7 @@ from ..functional import (
     log_softmax,
     packed_self_attention,
     relu,
+    rms_norm,
     scaled_dot_product_attention,
     softmax,
 )
@@ -62,4 +63,4 @@ __all__ = ["celu", "elu", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", 
            "relu6", "selu", "silu", "softplus", "softsign", "tanhshrink",
            "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "gelu", "kl_div",
            "l1_loss", "layer_norm", "linear", "log_softmax", "mse_loss", "nll_loss", "one_hot", "packed_self_attention",
-           "pad", "relu", "scaled_dot_product_attention", "sigmoid", "softmax", "tanh"]
+           "pad", "relu", "rms_norm", "scaled_dot_product_attention", "sigmoid", "softmax", "tanh"]
