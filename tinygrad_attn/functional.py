@@ -281,6 +281,17 @@ def _additive(mask: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
     return np.where(mask, dtype.type(0), dtype.type(-np.inf))
 
 
+def _grouped(q: Tensor, k: Tensor, v: Tensor, op: str) -> tuple[Tensor, Tensor]:
+    """Grouped-query attention's k and v (..., Hkv, T, d) repeated to q's Hq heads, each kv head serving
+    Hq / Hkv consecutive query heads (PyTorch's rule); the gradient of a repeat sums over the group."""
+    hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
+    if hk != hv or hk == 0 or hq % hk:
+        raise ValueError(f"{op}: with enable_gqa, k and v need the same number of heads (dim -3), a divisor of "
+                         f"q's; got q {q.shape}, k {k.shape}, v {v.shape}")
+    group = hq // hk
+    return k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+
+
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -292,18 +303,26 @@ def scaled_dot_product_attention(
     return_weights: bool = False,
     *,
     attn_mask: Any = None,
+    enable_gqa: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """softmax(q k^T * scale + mask) v for q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv).
 
     `mask` (or PyTorch's name, `attn_mask`) and `is_causal` combine: an entry is attended only if both
     allow it. Runs the flash kernel or the math path (see `sdpa_kernel`); with `return_weights=True`
-    it returns (output, weights (..., Tq, Tk)).
+    it returns (output, weights (..., Tq, Tk)). `enable_gqa=True` (grouped-query attention, PyTorch's
+    name): k and v may have fewer heads (dim -3) than q, a divisor of q's; query head h reads kv head
+    h // (Hq / Hkv), as PyTorch's `repeat_interleave` of k and v does, and their gradients are summed over
+    each group.
     """
     if attn_mask is not None:
         if mask is not None:
             raise TypeError("scaled_dot_product_attention: pass the mask as mask= or attn_mask=, not both")
         mask = attn_mask
     q, k, v = (float_tensor(t, "scaled_dot_product_attention", n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+    if not isinstance(enable_gqa, (bool, np.bool_)):
+        raise TypeError(f"scaled_dot_product_attention: enable_gqa must be a bool, got {enable_gqa!r:.40}")
+    if enable_gqa and q.ndim >= 3 and k.ndim >= 3 and v.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        k, v = _grouped(q, k, v, "scaled_dot_product_attention")
     if len({q.dtype, k.dtype, v.dtype}) > 1:
         raise TypeError(f"scaled_dot_product_attention: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, "
                         f"{v.dtype}")

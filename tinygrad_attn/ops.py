@@ -305,7 +305,8 @@ class Log(Rule):
     @staticmethod
     def forward(ctx, a):
         ctx.save_for_backward(a)
-        return np.log(a)
+        with np.errstate(divide="ignore", invalid="ignore"):  # log(0) = -inf, log(-1) = NaN: PyTorch's, unwarned
+            return np.log(a)
 
     @staticmethod
     def backward(ctx, grad):

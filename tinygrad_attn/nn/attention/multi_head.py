@@ -1,5 +1,4 @@
-"""MultiHeadAttention with PyTorch's maths: project, split heads, attend, merge heads, project; and, as in
-`torch.nn.attention`, `sdpa_kernel` with PyTorch's `SDPBackend` names.
+"""MultiHeadAttention with PyTorch's maths: project, split heads, attend, merge heads, project.
 
 Shapes: B batch, Tq query length, Tk key length, E embed_dim, H heads,
 d = E / H the head size.
@@ -12,15 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from .. import functional as F
-from ..checks import check_tensor
-from ..engine import check_device
-from ..functional import SDPBackend, sdpa_kernel  # noqa: F401  (torch.nn.attention's names)
-from ..fused import PackedLinearFunction
-from ..masks import causal_mask
-from ..tensor import Tensor, cat
-from .layers import Linear
-from .module import Module
+from ... import functional as F
+from ...checks import check_tensor
+from ...engine import check_device
+from ...fused import PackedLinearFunction
+from ...masks import causal_mask
+from ...tensor import Tensor, cat
+from ..layers import Linear
+from ..module import Module
 
 
 class KVCache:
