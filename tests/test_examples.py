@@ -17,6 +17,7 @@ EXPECTED = {
     "train_reverse.py": ([], "reverse of 3 1 4 1 5 9 2 6 -> 6 2 9 5 1 4 1 3"),
     "port_from_pytorch.py": ([], "greedy continuation of 3 4 5: [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]"),
     "gpt_trainer.py": ([], "greedy continuation of 1 2 3: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0]"),
+    "llama_style.py": ([], "greedy continuation of 'the ': 'the gradient'"),
     "transformer_copy.py": ([], "greedy copy of 1..10: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"),
 }
 

@@ -37,6 +37,7 @@ from .layers import (
 )
 from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential
+from .rotary import RotaryEmbedding
 from .transformer import (
     CausalLM,
     FeedForward,
@@ -80,6 +81,7 @@ __all__ = [
     "FeedForward",
     "LayerNorm",
     "RMSNorm",
+    "RotaryEmbedding",
     "LearnedPositionalEncoding",
     "Linear",
     "Module",

@@ -15,24 +15,31 @@ from .. import rng
 from ..engine import no_grad
 from ..memory import check_fits
 from ..tensor import Tensor
+from .activations import SiLU
 from .attention import KVCache, MultiHeadAttention
-from .layers import GELU, Dropout, Embedding, LayerNorm, LearnedPositionalEncoding, Linear, ReLU
+from .layers import GELU, Dropout, Embedding, LayerNorm, LearnedPositionalEncoding, Linear, ReLU, RMSNorm
 from .module import Module, ModuleList
 
 
 class FeedForward(Module):
-    """Position-wise MLP: Linear(E, F) -> activation -> dropout -> Linear(F, E)."""
+    """Position-wise MLP: Linear(E, F) -> activation -> dropout -> Linear(F, E); with activation "swiglu"
+    (Llama's), Linear(F, E)(silu(Linear(E, F) x) * Linear3(E, F) x), the three without bias."""
 
     def __init__(self, d_model: int, dim_feedforward: int, dropout: float = 0.0, activation: str = "relu"):
-        if activation not in ("relu", "gelu"):
-            raise ValueError(f'FeedForward: activation must be "relu" or "gelu", got {activation!r}')
-        self.linear1 = Linear(d_model, dim_feedforward)
-        self.activation = ReLU() if activation == "relu" else GELU()
+        if activation not in ("relu", "gelu", "swiglu"):
+            raise ValueError(f'FeedForward: activation must be "relu", "gelu" or "swiglu", got {activation!r}')
+        gated = activation == "swiglu"
+        self.linear1 = Linear(d_model, dim_feedforward, bias=not gated)
+        self.activation = ReLU() if activation == "relu" else GELU() if activation == "gelu" else SiLU()
+        self.linear3 = Linear(d_model, dim_feedforward, bias=False) if gated else None  # the gate's other half
         self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=not gated)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, T, E) -> (B, T, F) -> (B, T, E)
+        hidden = self.activation(self.linear1(x))  # (B, T, E) -> (B, T, F)
+        if self.linear3 is not None:
+            hidden = hidden * self.linear3(x)  # SwiGLU: silu(x W1) * (x W3)
+        return self.linear2(self.dropout(hidden))  # (B, T, F) -> (B, T, E)
 
 
 class TransformerEncoderLayer(Module):
@@ -50,11 +57,18 @@ class TransformerEncoderLayer(Module):
         dropout: float = 0.1,
         norm_first: bool = False,
         activation: str = "relu",
+        norm: str = "layer",
+        n_kv_heads: int | None = None,
+        window: int | None = None,
+        rotary: Any = None,
     ):
+        """`norm` "layer" (LayerNorm) or "rms" (RMSNorm); n_kv_heads, window and rotary are
+        MultiHeadAttention's variants (grouped-query, sliding window, rotary positions)."""
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout)
+        self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, n_kv_heads=n_kv_heads, window=window,
+                                            rotary=rotary)
         self.ff = FeedForward(d_model, dim_feedforward, dropout, activation)
-        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.norm1, self.norm2 = _norm(norm, d_model), _norm(norm, d_model)
         self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
         self.attn_weights: Tensor | None = None
 
@@ -70,6 +84,12 @@ class TransformerEncoderLayer(Module):
             return x + self.dropout2(self.ff(self.norm2(x)))
         x = self.norm1(x + self._attend(x, mask, is_causal, need_weights, kv_cache))
         return self.norm2(x + self.dropout2(self.ff(x)))
+
+
+def _norm(kind: str, d_model: int) -> Module:
+    if kind not in ("layer", "rms"):
+        raise ValueError(f'norm must be "layer" (LayerNorm) or "rms" (RMSNorm), got {kind!r}')
+    return LayerNorm(d_model) if kind == "layer" else RMSNorm(d_model)
 
 
 class TransformerDecoderLayer(Module):
@@ -129,16 +149,31 @@ class CausalLM(Module):
         num_layers: int = 2,
         dim_feedforward: int = 256,
         dropout: float = 0.0,
+        n_kv_heads: int | None = None,
+        window: int | list | tuple | None = None,
+        rotary: bool = False,
+        norm: str = "layer",
+        activation: str = "relu",
     ):
+        """The defaults are the GPT-style model of the toy tasks. A Llama-style one: rotary=True (no learned
+        positions), norm="rms", activation="swiglu", n_kv_heads (grouped-query), and `window` a sliding
+        window for every layer, or a list with one entry (an int or None) per layer."""
         self.config = dict(vocab_size=vocab_size, max_len=max_len, d_model=d_model, nhead=nhead,
                            num_layers=num_layers, dim_feedforward=dim_feedforward, dropout=dropout)
+        variant = dict(n_kv_heads=n_kv_heads, window=window, rotary=rotary, norm=norm, activation=activation)
+        self.config.update({k: v for k, v in variant.items()  # only what differs: older runs' configs stay as they were
+                            if v != {"rotary": False, "norm": "layer", "activation": "relu"}.get(k)})
+        windows = list(window) if isinstance(window, (list, tuple)) else [window] * num_layers
+        if len(windows) != num_layers:
+            raise ValueError(f"CausalLM: window lists {len(windows)} entries for {num_layers} layers")
         self.embed = Embedding(vocab_size, d_model)
-        self.position = LearnedPositionalEncoding(d_model, max_len)
+        self.position = None if rotary else LearnedPositionalEncoding(d_model, max_len)
         self.layers = ModuleList(
-            TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout, norm_first=True)
-            for _ in range(num_layers)
+            TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout, norm_first=True, activation=activation,
+                                    norm=norm, n_kv_heads=n_kv_heads, window=w, rotary=True if rotary else None)
+            for w in windows
         )
-        self.norm = LayerNorm(d_model)
+        self.norm = _norm(norm, d_model)
         self.head = Linear(d_model, vocab_size)
 
     def forward(self, tokens: Any, return_attention: bool = False, kv_cache: KVCache | None = None) -> Any:
@@ -160,7 +195,9 @@ class CausalLM(Module):
         per_token = c["num_layers"] * (12 * c["d_model"] + 2 * c["dim_feedforward"]) + 3 * c["vocab_size"]
         check_fits("CausalLM", "the activations of a step", tuple(np.shape(tokens)) + (per_token,),
                    self.head.weight.dtype.itemsize, 1, "use a smaller batch or block size")
-        x = self.position(self.embed(tokens), offset)  # (B, T, E)
+        x = self.embed(tokens)  # (B, T, E)
+        if self.position is not None:  # learned positions; with rotary, attention turns q and k instead
+            x = self.position(x, offset)
         for layer in self.layers:
             x = layer(x, is_causal=True, need_weights=return_attention, kv_cache=kv_cache)
         return x

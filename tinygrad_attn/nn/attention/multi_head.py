@@ -19,6 +19,7 @@ from ...masks import causal_mask
 from ...tensor import Tensor, cat
 from ..layers import Linear
 from ..module import Module
+from ..rotary import RotaryEmbedding
 
 
 class KVCache:
@@ -82,6 +83,11 @@ class KVCache:
                 del entry["k_parts"][parts:], entry["v_parts"][parts:]
             raise
 
+    def positions(self, module: Module) -> int:
+        """How many positions `module`'s keys hold so far (0 before its first call)."""
+        entry = self._store.get(module)
+        return 0 if entry is None else entry["n"]
+
     def extend(self, module: Module, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append k, v (B, H, T, d) for `module`; returns all its keys and values so far (B, H, P + T, d)."""
         entry = self._store.get(module)
@@ -141,6 +147,14 @@ class MultiHeadAttention(Module):
     three projections run as one matmul on the stacked weights, and the heads
     are read from and written to that packed (B, T, 3, H, d) array in place.
     The maths is the same; only the number of matmuls and copies changes.
+
+    The variants small models use today, as options (each None: the plain layer):
+    - n_kv_heads: grouped-query attention, k_proj and v_proj give n_kv_heads heads (a divisor of
+      num_heads), each serving num_heads / n_kv_heads query heads; a KV cache then holds kv heads only.
+    - window: a sliding window, query i sees only the `window` keys ending at its own position (with
+      is_causal; without, keys within window - 1 positions either side).
+    - rotary: rotary position embeddings on q and k of self-attention (True, or a RotaryEmbedding for
+      another base or the interleaved layout); with a KV cache, at the positions the cache has reached.
     """
 
     def __init__(
@@ -151,6 +165,9 @@ class MultiHeadAttention(Module):
         bias: bool = True,
         kdim: int | None = None,
         vdim: int | None = None,
+        n_kv_heads: int | None = None,
+        window: int | None = None,
+        rotary: Any = None,
     ):
         for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads)):
             if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
@@ -161,14 +178,53 @@ class MultiHeadAttention(Module):
             )
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
         self.kdim, self.vdim, self.dropout = kdim or embed_dim, vdim or embed_dim, dropout
+        self.n_kv_heads = num_heads if n_kv_heads is None else n_kv_heads
+        if isinstance(self.n_kv_heads, bool) or not isinstance(self.n_kv_heads, int) or self.n_kv_heads < 1 or (
+                num_heads % self.n_kv_heads):
+            raise ValueError(f"MultiHeadAttention: n_kv_heads must be a positive divisor of num_heads {num_heads}, "
+                             f"got {n_kv_heads!r}")
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise ValueError(f"MultiHeadAttention: window must be an int >= 1 or None, got {window!r}")
+        self.window = window
+        if rotary is True:
+            rotary = RotaryEmbedding(self.head_dim)
+        if rotary not in (None, False) and not isinstance(rotary, RotaryEmbedding):
+            raise TypeError(f"MultiHeadAttention: rotary must be True, None or a RotaryEmbedding, got {rotary!r:.40}")
+        if isinstance(rotary, RotaryEmbedding) and rotary.head_dim != self.head_dim:
+            raise ValueError(f"MultiHeadAttention: rotary is for heads of {rotary.head_dim}, these have "
+                             f"{self.head_dim}")
+        self.rotary = rotary or None
+        kv_width = self.n_kv_heads * self.head_dim
         self.q_proj = Linear(embed_dim, embed_dim, bias)
-        self.k_proj = Linear(self.kdim, embed_dim, bias)
-        self.v_proj = Linear(self.vdim, embed_dim, bias)
+        self.k_proj = Linear(self.kdim, kv_width, bias)
+        self.v_proj = Linear(self.vdim, kv_width, bias)
         self.out_proj = Linear(embed_dim, embed_dim, bias)
 
-    def _split_heads(self, x: Tensor) -> Tensor:
+    def _split_heads(self, x: Tensor, heads: int | None = None) -> Tensor:
         b, t, _ = x.shape
-        return x.reshape(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # (B, T, E) -> (B, H, T, d)
+        return x.reshape(b, t, heads or self.num_heads, self.head_dim).transpose(1, 2)  # (B, T, E) -> (B, H, T, d)
+
+    def _variant(self) -> bool:
+        """Whether an option (grouped kv heads, a window, rotary) asks for the general path."""
+        return self.n_kv_heads != self.num_heads or self.window is not None or self.rotary is not None
+
+    def _heads(self, query: Tensor, key: Tensor, value: Tensor, offset: int,
+               self_attention: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """q (B, H, Tq, d), k and v (B, Hkv, Tk, d), rotary applied at positions offset.. when asked."""
+        q = self._split_heads(self.q_proj(query))  # (B, H, Tq, d)
+        k = self._split_heads(self.k_proj(key), self.n_kv_heads)  # (B, Hkv, Tk, d)
+        v = self._split_heads(self.v_proj(value), self.n_kv_heads)  # (B, Hkv, Tk, d)
+        if self.rotary is not None and self_attention:
+            q, k = self.rotary(q, offset), self.rotary(k, offset)  # positions offset.. offset + T - 1
+        return q, k, v
+
+    def _window_mask(self, mask: Any, tq: int, tk: int, past: int, is_causal: bool) -> Any:
+        """`mask` with the keys outside the sliding window taken away (query i is at position past + i)."""
+        if self.window is None:
+            return mask
+        distance = (past + np.arange(tq))[:, None] - np.arange(tk)[None, :]  # query position - key position
+        outside = distance >= self.window if is_causal else np.abs(distance) >= self.window
+        return _hide(mask, outside)
 
     def _project_packed(self, x: Tensor) -> Tensor:
         """q, k and v of one input as one matmul, like PyTorch's packed in_proj: (B, T, E) -> (B, T, 3, H, d)."""
@@ -205,16 +261,16 @@ class MultiHeadAttention(Module):
         b, tq, e = query.shape
         dropout_p = self.dropout if self.training else 0.0
 
-        if self_attention and not need_weights and dropout_p == 0.0:
+        if self_attention and not need_weights and dropout_p == 0.0 and not self._variant():
             qkv = self._project_packed(query)  # (B, T, 3, H, d)
             out = F.packed_self_attention(qkv, mask=mask, is_causal=is_causal)  # (B, T, H, d), heads in place
             weights = None
         else:
-            q = self._split_heads(self.q_proj(query))  # (B, H, Tq, d)
-            k = self._split_heads(self.k_proj(key))  # (B, H, Tk, d)
-            v = self._split_heads(self.v_proj(value))  # (B, H, Tk, d)
+            q, k, v = self._heads(query, key, value, 0, self_attention)  # (B, H, Tq, d), (B, Hkv, Tk, d) x 2
+            mask = self._window_mask(mask, tq, key.shape[1], 0, is_causal)
             attended = F.scaled_dot_product_attention(
-                q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p, return_weights=need_weights
+                q, k, v, mask=mask, is_causal=is_causal, dropout_p=dropout_p, return_weights=need_weights,
+                enable_gqa=self.n_kv_heads != self.num_heads,
             )  # softmax(q k^T / sqrt(d)) v: (B, H, Tq, d), weights (B, H, Tq, Tk); checks mask against (B, H, Tq, Tk)
             out, weights = attended if need_weights else (attended, None)
             out = out.transpose(1, 2)  # (B, Tq, H, d)
@@ -234,21 +290,25 @@ class MultiHeadAttention(Module):
                              f"got {query.shape}")
         b, tq, e = query.shape
         cache.claim(self, b, "MultiHeadAttention")
-        q = self._split_heads(self.q_proj(query))  # (B, H, Tq, d)
         if self_attention:
-            k, v = cache.extend(self, self._split_heads(self.k_proj(query)), self._split_heads(self.v_proj(query)))
+            q, k, v = self._heads(query, query, query, cache.positions(self), True)  # rotary at the next positions
+            k, v = cache.extend(self, k, v)  # (B, Hkv, P + Tq, d): kv heads only
         else:
+            q = self._split_heads(self.q_proj(query))  # (B, H, Tq, d)
             value = key if value is None else value
             if key.ndim != 3 or key.shape[0] != b:
                 raise ValueError(f"MultiHeadAttention: key must be (B={b}, T, E) with a kv_cache, got {key.shape}")
-            k, v = cache.constant(self, key, lambda: (self._split_heads(self.k_proj(key)),
-                                                      self._split_heads(self.v_proj(value))))  # (B, H, Tk, d)
+            k, v = cache.constant(self, key, lambda: (self._split_heads(self.k_proj(key), self.n_kv_heads),
+                                                      self._split_heads(self.v_proj(value), self.n_kv_heads)))
         past = k.shape[2] - tq if self_attention else 0  # positions before this call's queries
         if is_causal:
             future = ~causal_mask(tq, k.shape[2], offset=past)._data  # (Tq, P + Tq)
             mask = _hide(mask, future)
-        out, weights = (F.scaled_dot_product_attention(q, k, v, mask=mask, return_weights=True) if need_weights
-                        else (F.scaled_dot_product_attention(q, k, v, mask=mask), None))  # (B, H, Tq, d)
+        mask = self._window_mask(mask, tq, k.shape[2], past, is_causal)
+        gqa = self.n_kv_heads != self.num_heads
+        out, weights = (F.scaled_dot_product_attention(q, k, v, mask=mask, return_weights=True, enable_gqa=gqa)
+                        if need_weights else
+                        (F.scaled_dot_product_attention(q, k, v, mask=mask, enable_gqa=gqa), None))  # (B, H, Tq, d)
         return self.out_proj(out.transpose(1, 2).reshape(b, tq, e)), weights
 
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
@@ -262,7 +322,11 @@ class MultiHeadAttention(Module):
             )
 
     def extra_repr(self) -> str:
-        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}"
+        options = "".join(f", {name}={value}" for name, value in (("n_kv_heads", self.n_kv_heads),
+                                                                   ("window", self.window)) if value is not None
+                          and not (name == "n_kv_heads" and value == self.num_heads))
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, dropout={self.dropout}{options}"
+                + (", rotary=True" if self.rotary is not None else ""))
 
 
 class MultiheadAttention(MultiHeadAttention):
