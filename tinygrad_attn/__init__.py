@@ -57,6 +57,7 @@ from .creation import (
 )
 from .debug import detect_anomaly, trace_backward
 from .dtypes import (
+    bfloat16,
     bool,  # noqa: A004  (PyTorch's dtype names)
     double,
     float,  # noqa: A004
@@ -121,11 +122,17 @@ from .tensor_functions import (
     clamp,
     clip,
     compile,  # noqa: A004
+    copysign,
     cos,
     cosh,
     cuda,
+    cummax,
+    cummin,
+    cumprod,
     cumsum,
+    diagonal,
     div,
+    einsum,
     eq,
     equal,
     erf,
@@ -135,6 +142,7 @@ from .tensor_functions import (
     flatten,
     flip,
     floor,
+    fmod,
     gather,
     ge,
     get_default_dtype,
@@ -153,6 +161,7 @@ from .tensor_functions import (
     log2,
     log10,
     log_softmax,
+    logcumsumexp,
     logical_and,
     logical_not,
     logical_or,
@@ -164,6 +173,7 @@ from .tensor_functions import (
     max,  # noqa: A004
     mean,
     median,
+    meshgrid,
     min,  # noqa: A004
     mul,
     ne,
@@ -174,6 +184,7 @@ from .tensor_functions import (
     outer,
     permute,
     pow,  # noqa: A004
+    prod,
     relu,
     repeat_interleave,
     reshape,
@@ -191,6 +202,7 @@ from .tensor_functions import (
     square,
     squeeze,
     std,
+    std_mean,
     sub,
     sum,  # noqa: A004
     tan,
@@ -202,6 +214,7 @@ from .tensor_functions import (
     unique,
     unsqueeze,
     var,
+    var_mean,
 )
 
 __version__ = "0.1.0"
@@ -209,8 +222,6 @@ __version__ = "0.1.0"
 # Names PyTorch programs meet that are not here, with what to use instead.
 _INSTEAD = {
     "jit": "call the model directly",
-    "einsum": "matmul (@), permute and sum",
-    "gather": "indexing with integer tensors, or topk/sort's indices with take_along_dim-style indexing",
     "Generator": "ta.manual_seed(seed), or a numpy Generator passed as generator=",
     "set_default_dtype": "dtype= on each factory (the default float is float32)",
     "autocast": "ta.amp.autocast (float32: there is no mixed precision here)",
@@ -218,7 +229,6 @@ _INSTEAD = {
     "hub": "ta.load on a local .npz or .safetensors file",
     "baddbmm": "a @ b + c",
     "addmm": "a @ b + c",
-    "repeat_interleave": "indexing with an integer tensor (x[:, idx])",
     "tensordot": "reshape and matmul",
 }
 
@@ -231,27 +241,25 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"torch.{name} is not supported here (tinygrad_attn.{name} does not exist); use {instead}")
 
 
-__all__ = [
-    "amp", "compile", "distributed",
-    "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cosh", "erf", "exp2", "expm1", "flip", "floor",
-    "gather", "isclose", "isfinite", "isinf", "isnan", "lerp", "log10", "log1p", "log2", "logsumexp",
-    "masked_select", "outer", "repeat_interleave", "roll", "round", "sign", "sinh", "tan", "trunc", "unbind",
-    "unflatten",
-    "add", "sub", "mul", "div", "neg", "eq", "ne", "lt", "le", "gt", "ge",
-    "BoolTensor", "autograd", "ByteTensor", "Context", "DoubleTensor", "FloatTensor", "Function", "GradcheckError",
-    "IntTensor",
-    "LongTensor", "RemovableHandle", "Tensor", "abs", "all", "allclose", "amax", "amin", "any", "arange", "argmax",
-    "argmin", "argsort", "as_tensor", "backends", "bmm", "bool", "cat", "causal_mask", "chunk", "clamp", "clip", "cos",
-    "cuda", "cumsum", "debug", "detect_anomaly", "device", "double", "dtypes", "empty", "empty_like", "enable_grad",
-    "equal", "exp", "eye", "flatten", "float", "float16", "float32", "float64", "from_numpy", "full", "full_like",
-    "func", "functional", "get_default_dtype", "get_num_threads", "gradcheck", "gradgradcheck", "half",
-    "inference_mode", "int", "int8",
-    "int16", "int32", "int64", "interop", "is_floating_point", "is_grad_enabled", "is_tensor", "kthvalue",
-    "linspace", "load", "log", "log_softmax", "logical_and", "logical_not", "logical_or", "long", "losses",
-    "manual_seed", "masked_fill", "matmul", "max", "maximum", "mean", "median", "min", "minimum", "multinomial", "nn",
-    "no_grad", "nonzero", "norm", "numel", "ones", "ones_like", "optim", "padding_mask", "permute", "pow", "rand",
-    "rand_like", "randint", "randn", "randn_like", "randperm", "relu", "reshape", "return_types", "rsqrt", "runtime",
-    "save", "sdpa_kernel", "seed", "set_grad_enabled", "set_num_threads", "short", "sigmoid", "sin", "softmax", "sort",
-    "split", "sqrt", "square", "squeeze", "stack", "std", "sum", "tanh", "tasks", "tensor", "topk", "trace_backward",
-    "transpose", "tril", "triu", "uint8", "unique", "unsqueeze", "utils", "var", "viz", "where", "zeros", "zeros_like",
-]
+__all__ = ["amp", "compile", "distributed", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cosh", "erf",
+           "exp2", "expm1", "flip", "floor", "gather", "isclose", "isfinite", "isinf", "isnan", "lerp", "log10",
+           "log1p", "log2", "logsumexp", "masked_select", "outer", "repeat_interleave", "roll", "round", "sign",
+           "sinh", "tan", "trunc", "unbind", "unflatten", "copysign", "cummax", "cummin", "cumprod", "diagonal",
+           "einsum", "fmod", "logcumsumexp", "meshgrid", "prod", "std_mean", "var_mean", "add", "sub", "mul", "div",
+           "neg", "eq", "ne", "lt", "le", "gt", "ge", "BoolTensor", "autograd", "ByteTensor", "Context",
+           "DoubleTensor", "FloatTensor", "Function", "GradcheckError", "IntTensor", "LongTensor", "RemovableHandle",
+           "Tensor", "abs", "all", "allclose", "amax", "amin", "any", "arange", "argmax", "argmin", "argsort",
+           "as_tensor", "backends", "bmm", "bool", "cat", "causal_mask", "chunk", "clamp", "clip", "cos", "cuda",
+           "cumsum", "debug", "detect_anomaly", "device", "double", "dtypes", "empty", "empty_like", "enable_grad",
+           "bfloat16", "equal", "exp", "eye", "flatten", "float", "float16", "float32", "float64", "from_numpy",
+           "full", "full_like", "func", "functional", "get_default_dtype", "get_num_threads", "gradcheck",
+           "gradgradcheck", "half", "inference_mode", "int", "int8", "int16", "int32", "int64", "interop",
+           "is_floating_point", "is_grad_enabled", "is_tensor", "kthvalue", "linspace", "load", "log", "log_softmax",
+           "logical_and", "logical_not", "logical_or", "long", "losses", "manual_seed", "masked_fill", "matmul",
+           "max", "maximum", "mean", "median", "min", "minimum", "multinomial", "nn", "no_grad", "nonzero", "norm",
+           "numel", "ones", "ones_like", "optim", "padding_mask", "permute", "pow", "rand", "rand_like", "randint",
+           "randn", "randn_like", "randperm", "relu", "reshape", "return_types", "rsqrt", "runtime", "save",
+           "sdpa_kernel", "seed", "set_grad_enabled", "set_num_threads", "short", "sigmoid", "sin", "softmax",
+           "sort", "split", "sqrt", "square", "squeeze", "stack", "std", "sum", "tanh", "tasks", "tensor", "topk",
+           "trace_backward", "transpose", "tril", "triu", "uint8", "unique", "unsqueeze", "utils", "var", "viz",
+           "where", "zeros", "zeros_like"]

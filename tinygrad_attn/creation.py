@@ -26,8 +26,13 @@ def _shape(size: tuple[Any, ...], op: str) -> tuple[int, ...]:
     return size
 
 
+def _dtype(dtype: Any, default: Any) -> Any:
+    """`dtype` checked (one clear TypeError for what is no tensor dtype), or `default` when None."""
+    return default if dtype is None else tensor_dtype(dtype, "dtype")
+
+
 def _make(array: np.ndarray, dtype: Any, requires_grad: bool) -> Tensor:
-    return Tensor(array.astype(dtype or _DEFAULT, copy=False), requires_grad=requires_grad)
+    return Tensor(array.astype(_dtype(dtype, _DEFAULT), copy=False), requires_grad=requires_grad)
 
 
 def tensor(data: Any, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
@@ -84,7 +89,7 @@ def arange(start: float, end: float | None = None, step: float = 1, dtype: Any =
         raise ValueError("arange: step must not be 0")
     ints = all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in (start, end, step))
     values = np.arange(start, end, step)
-    return Tensor(values.astype(dtype or (np.int64 if ints else _DEFAULT)), requires_grad=requires_grad)
+    return Tensor(values.astype(_dtype(dtype, np.int64 if ints else _DEFAULT)), requires_grad=requires_grad)
 
 
 def randn(*size: Any, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
@@ -141,7 +146,8 @@ def randint(low: int, high: int | None = None, size: Any = None, dtype: Any = No
     if high <= low:
         raise ValueError(f"randint: high ({high}) must be larger than low ({low})")
     shape = _shape(size if isinstance(size, (tuple, list)) else (size,), "randint")
-    return Tensor(rng.generator().integers(low, high, shape).astype(dtype or np.int64), requires_grad=requires_grad)
+    values = rng.generator().integers(low, high, shape).astype(_dtype(dtype, np.int64))
+    return Tensor(values, requires_grad=requires_grad)
 
 
 def randperm(n: int, dtype: Any = None, device: Any = None) -> Tensor:
@@ -149,7 +155,7 @@ def randperm(n: int, dtype: Any = None, device: Any = None) -> Tensor:
     check_device(device, "randperm")
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
-    return Tensor(rng.generator().permutation(int(n)).astype(dtype or np.int64))
+    return Tensor(rng.generator().permutation(int(n)).astype(_dtype(dtype, np.int64)))
 
 
 def empty(*size: Any, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
@@ -182,7 +188,7 @@ def randn_like(t: Tensor, dtype: Any = None, requires_grad: bool = False, device
 def linspace(start: float, end: float, steps: int, dtype: Any = None, requires_grad: bool = False,
              device: Any = None) -> Tensor:
     check_device(device, "linspace")
-    if dtype is not None and np.dtype(dtype) == np.bool_:
+    if dtype is not None and _dtype(dtype, None) == np.bool_:
         raise RuntimeError('linspace(): "linspace_cpu" not implemented for \'Bool\'')
     return _make(np.linspace(check_number(start, "start", "linspace"), check_number(end, "end", "linspace"),
                              int(steps)), dtype, requires_grad)
@@ -206,7 +212,7 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     if isinstance(data, Tensor):
         return data if dtype is None else data.to(dtype)
     if isinstance(data, np.ndarray):
-        return Tensor(data if dtype is None else data.astype(dtype, copy=False))
+        return Tensor(data if dtype is None else data.astype(_dtype(dtype, None), copy=False))
     return tensor(data, dtype=dtype)
 
 

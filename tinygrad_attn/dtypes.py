@@ -29,6 +29,20 @@ bool = np.dtype(np.bool_)  # noqa: A001
 
 DEFAULT_FLOAT = float32
 
+
+class UnsupportedDtype:
+    """A PyTorch dtype name numpy has no type for (`ta.bfloat16`): it exists, so a program that merely
+    names it (nanoGPT's table of dtypes) runs; using it for a tensor is one clear TypeError."""
+
+    def __init__(self, name: str, instead: str):
+        self.name, self.instead = name, instead
+
+    def __repr__(self) -> str:
+        return f"ta.{self.name}"
+
+
+bfloat16 = UnsupportedDtype("bfloat16", "ta.float32 (or ta.float16 to store half the bytes)")
+
 _CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2}
 
 

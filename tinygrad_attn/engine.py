@@ -667,6 +667,8 @@ def _accumulate(node: Node, g: Any, create_graph: bool) -> None:
 
 def tensor_dtype(dtype: Any, op: str) -> np.dtype:
     """`dtype` as a numpy dtype a tensor may have (float, integer or bool), or one clear TypeError."""
+    if type(dtype).__name__ == "UnsupportedDtype":  # ta.bfloat16: named so programs run, refused when used
+        raise TypeError(f"{op}: {dtype!r} is not supported here (numpy has no such type); use {dtype.instead}")
     try:
         dtype = np.dtype(dtype)
     except TypeError:

@@ -20,9 +20,19 @@ from typing import Any
 import numpy as np
 
 from . import rng
-from .checks import check_number, check_tensor, float_tensor
+from .checks import check_indices, check_number, check_tensor, float_tensor
 from .engine import ScopedSetting
-from .fused import CrossEntropy, FlashAttention, Gelu, LayerNorm, RMSNorm, attention_weights, log_softmax, softmax
+from .fused import (
+    CrossEntropy,
+    EmbeddingLookup,
+    FlashAttention,
+    Gelu,
+    LayerNorm,
+    RMSNorm,
+    attention_weights,
+    log_softmax,
+    softmax,
+)
 from .memory import check_fits
 from .tensor import Tensor
 
@@ -77,6 +87,26 @@ def _normalized(x: Tensor, normalized_shape: Any, params: dict, op: str) -> tupl
         return t if t.shape == shape else t.reshape(shape)
 
     return x, int(np.prod(normalized_shape)), k, dtype, rows
+
+
+def embedding(input: Any, weight: Tensor, padding_idx: int | None = None, max_norm: Any = None,  # noqa: A002
+              norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
+    """PyTorch's F.embedding: rows of `weight` (num_embeddings, dim) at integer `input`; the padding row gets
+    no gradient. max_norm, scale_grad_by_freq and sparse are PyTorch options not supported here."""
+    weight = float_tensor(weight, "embedding", "weight")
+    if weight.ndim != 2:
+        raise ValueError(f"embedding: weight must be 2-D (num_embeddings, embedding_dim), got {weight.shape}")
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not supported here")
+    if padding_idx is not None:
+        if isinstance(padding_idx, bool) or not isinstance(padding_idx, (int, np.integer)) or not (
+                -weight.shape[0] <= padding_idx < weight.shape[0]):
+            raise ValueError(f"embedding: padding_idx must be an int within num_embeddings {weight.shape[0]}, "
+                             f"got {padding_idx!r}")
+        padding_idx = int(padding_idx) % weight.shape[0]
+    given = input if isinstance(input, Tensor) and input.dtype.kind in "iu" else check_indices(
+        input, weight.shape[0], "embedding")
+    return EmbeddingLookup.apply(weight, indices=given, padding_idx=padding_idx)
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
@@ -367,5 +397,5 @@ def packed_self_attention(qkv: Tensor, mask: Any = None, is_causal: bool = False
     return out.transpose(-3, -2)  # (..., T, H, d)
 
 
-__all__ = ["cross_entropy", "dropout", "gelu", "layer_norm", "log_softmax", "packed_self_attention", "relu", "rms_norm",
-           "scaled_dot_product_attention", "SDPBackend", "sdpa_kernel", "softmax"]
+__all__ = ["cross_entropy", "dropout", "embedding", "gelu", "layer_norm", "log_softmax", "packed_self_attention",
+           "relu", "rms_norm", "scaled_dot_product_attention", "SDPBackend", "sdpa_kernel", "softmax"]

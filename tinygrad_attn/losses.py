@@ -199,16 +199,20 @@ def _soft_cross_entropy(input: Tensor, target: Tensor, weight: Any, reduction: s
 
 
 def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = None) -> Tensor:  # noqa: A002
-    """PyTorch's F.pad, constant mode: `pad` is (left, right) for the last dim, then (top, bottom) for the one
-    before, and so on; a negative width cuts entries off."""
+    """PyTorch's F.pad: `pad` is (left, right) for the last dim, then (top, bottom) for the one before, and so
+    on. mode "constant" (`value`; a negative width cuts entries off), "reflect" (mirrored without repeating
+    the edge), "replicate" (the edge repeated) or "circular" (wrapped round); the last three pick entries of
+    the input, so their gradient adds back into the entries picked."""
     input = check_tensor(input, "pad")
-    if mode != "constant":
-        raise NotImplementedError(f'pad: only mode="constant" is supported here, got {mode!r}')
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+        raise ValueError(f'pad: mode must be "constant", "reflect", "replicate" or "circular", got {mode!r}')
     if not isinstance(pad, (tuple, list)) or len(pad) % 2 or any(
             isinstance(p, bool) or not isinstance(p, (int, np.integer)) for p in pad):
         raise TypeError(f"pad: pad must be a tuple of an even number of ints, got {_short(pad)}")
     if len(pad) // 2 > input.ndim:
         raise ValueError(f"pad: {len(pad)} widths pad {len(pad) // 2} dims, the input has {input.ndim}")
+    if mode != "constant":
+        return _pad_by_index(input, [int(p) for p in pad], mode)
     value = 0.0 if value is None else check_number(value, "value", "pad")
     widths = [(0, 0)] * input.ndim
     for i in range(len(pad) // 2):
@@ -219,6 +223,36 @@ def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = N
     x = input[cut] if any(b < 0 or e < 0 for b, e in widths) else input
     grow = tuple((max(b, 0), max(e, 0)) for b, e in widths)
     return x if not any(b or e for b, e in grow) else Pad.apply(x, widths=grow, value=value)
+
+
+def _pad_by_index(x: Tensor, pad: list[int], mode: str) -> Tensor:
+    """reflect / replicate / circular padding: each padded dim indexed by positions mapped into the input."""
+    k = len(pad) // 2
+    if k not in (1, 2, 3) or x.ndim not in (k + 1, k + 2):  # PyTorch's rule: (batch,) channels, then the k dims
+        raise NotImplementedError(f"pad: {mode} padding of {k} dims takes a {k + 1}-D or {k + 2}-D input, as "
+                                  f"PyTorch's (1 to 3 padded dims), got shape {x.shape}")
+    for i in range(len(pad) // 2):
+        axis, (left, right) = x.ndim - 1 - i, (pad[2 * i], pad[2 * i + 1])
+        n = x.shape[axis]
+        if min(left, right) < 0:
+            raise ValueError(f"pad: {mode} padding takes no negative widths, got {pad}")
+        if mode == "reflect" and max(left, right) >= n:
+            raise ValueError(f"pad: reflect padding ({left}, {right}) must be less than the dim's size {n}")
+        if mode == "circular" and max(left, right) > n:
+            raise ValueError(f"pad: circular padding ({left}, {right}) must be at most the dim's size {n}")
+        if n == 0 and (left or right):
+            raise ValueError(f"pad: cannot {mode}-pad an empty dim (shape {x.shape})")
+        where_from = np.arange(-left, n + right)
+        if mode == "reflect":
+            where_from = np.abs(where_from)
+            where_from = np.where(where_from >= n, 2 * (n - 1) - where_from, where_from)
+        elif mode == "replicate":
+            where_from = np.clip(where_from, 0, n - 1)
+        else:
+            where_from = where_from % n
+        if left or right:
+            x = x[(slice(None),) * axis + (where_from,)]
+    return x
 
 
 def one_hot(tensor: Any, num_classes: int = -1) -> Tensor:

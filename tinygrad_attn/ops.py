@@ -77,6 +77,10 @@ class _OnArrays:
         return out
 
     @staticmethod
+    def einsum(subscripts, output, *operands):
+        return np.einsum(",".join(subscripts) + "->" + output, *operands, optimize=len(operands) > 2)
+
+    @staticmethod
     def index_put(a, index, value):
         out = a.copy()
         out[index] = value
@@ -165,6 +169,10 @@ class _OnTensors:
     @staticmethod
     def relu_grad(a, grad):
         return Where.apply(type(a)._result(a._data > 0, None), grad, 0)
+
+    @staticmethod
+    def einsum(subscripts, output, *operands):
+        return Einsum.apply(*operands, subscripts=tuple(subscripts), output=output)
 
 
 def on(grad: Any) -> type:
@@ -798,6 +806,51 @@ def rows_of(a: np.ndarray) -> np.ndarray:
     return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
 
 
+class Fmod(Rule):
+    """C's fmod: a - b * trunc(a / b), the sign of a; d/da = 1, d/db = -trunc(a / b) (PyTorch's)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        out = np.fmod(a, b)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ctx.quotient = np.round((a - out) / b) if ctx.needs_input_grad[1] else None  # a - out is q b, q whole
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        quotient = ctx.quotient
+        return grad, None if quotient is None else grad * (-quotient).astype(quotient.dtype)
+
+
+class Einsum(Rule):
+    """np.einsum over operands with one subscript each (letters, no repeats within one) into `output`.
+
+    The gradient of operand k is the einsum of the output's gradient with the other operands into operand
+    k's letters; a letter only operand k has was summed over, so its gradient is the same along it
+    (broadcast back)."""
+
+    @staticmethod
+    def forward(ctx, *operands, subscripts, output):
+        ctx.save_for_backward(*operands)
+        return _OnArrays.einsum(subscripts, output, *operands)
+
+    @staticmethod
+    def backward(ctx, grad):
+        operands, subscripts, output = ctx.saved_tensors, ctx.kwargs["subscripts"], ctx.kwargs["output"]
+        m, grads = on(grad), []
+        for k, letters in enumerate(subscripts):
+            if not ctx.needs_input_grad[k]:
+                grads.append(None)
+                continue
+            others = [j for j in range(len(operands)) if j != k]
+            known = set(output).union(*(subscripts[j] for j in others))
+            kept = "".join(c for c in letters if c in known)  # the letters summed only here come back as 1s
+            g = m.einsum([output, *(subscripts[j] for j in others)], kept, grad, *(operands[j] for j in others))
+            shape = tuple(n if c in known else 1 for c, n in zip(letters, ctx.inputs[k].shape))
+            grads.append(m.expand(g.reshape(shape), ctx.inputs[k].shape) if kept != letters else g)
+        return tuple(grads)
+
+
 class MatMul(Rule):
     """a @ b with np.matmul's rules: 1-D operands and broadcast batch dims.
 
@@ -844,7 +897,7 @@ class MatMul(Rule):
 
 # PyTorch's named tuples for ops that return (values, indices): x.max(1).values, x.max(1)[0], `_, i = x.max(1)`.
 return_types = {name: namedtuple(name, ["values", "indices"])
-                for name in ("max", "min", "sort", "topk", "kthvalue", "median")}
+                for name in ("max", "min", "sort", "topk", "kthvalue", "median", "cummax", "cummin")}
 
 _TYPE_NAMES = {np.dtype(np.float32): "torch.FloatTensor", np.dtype(np.float64): "torch.DoubleTensor",
                np.dtype(np.float16): "torch.HalfTensor", np.dtype(np.int64): "torch.LongTensor",

@@ -73,6 +73,7 @@ from .ops import (
     Expand,
     Expm1,
     Floor,
+    Fmod,
     GetItem,
     IndexPut,
     Log,
@@ -529,11 +530,19 @@ class Tensor(Node):
     def double(self): return self.astype(np.float64)
 
     # --- reductions ---------------------------------------------------------
-    def sum(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
+    def sum(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False, *, dtype: Any = None,
+            axis: Any = None) -> Tensor:
+        """The sum over `dim` (numpy's `axis=` too); `dtype` casts first, as PyTorch's."""
+        dim = _dim_or_axis(dim, axis, "sum")
         keepdim = check_flag(keepdim, "keepdim", "sum")
-        return Sum.apply(self, axis=normalize_dims(dim, self.ndim, "sum"), keepdim=keepdim)
+        x = self if dtype is None else self.astype(dtype)
+        return Sum.apply(x, axis=normalize_dims(dim, self.ndim, "sum"), keepdim=keepdim)
 
-    def mean(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False) -> Tensor:
+    def mean(self, dim: int | tuple[int, ...] | None = None, keepdim: bool = False, *, dtype: Any = None,
+             axis: Any = None) -> Tensor:
+        dim = _dim_or_axis(dim, axis, "mean")
+        if dtype is not None:
+            return self.astype(dtype).mean(dim, keepdim)
         axis = normalize_dims(dim, self.ndim, "mean")
         check_flag(keepdim, "keepdim", "mean")
         count = math.prod(self.shape[a] for a in axis)
@@ -688,6 +697,115 @@ class Tensor(Node):
         if self.ndim == 0:  # the cumulative sum of one number is itself, 0-d (integers as int64, as PyTorch)
             return self.astype(np.int64) if self.dtype.kind in "iub" else self.clone()
         return CumSum.apply(self, axis=axis)
+
+    def _along_last(self, dim: int, name: str) -> tuple[Tensor, int, tuple[int, ...]]:
+        """self with `dim` moved last, the axis, and the permutation that puts it back."""
+        axis = normalize_dim(dim, self.ndim, name)
+        order = tuple(i for i in range(self.ndim) if i != axis) + (axis,)
+        back = tuple(int(i) for i in np.argsort(order))
+        return (self.permute(order) if axis != self.ndim - 1 else self), axis, back
+
+    def prod(self, dim: Any = None, keepdim: bool = False, *, dtype: Any = None, axis: Any = None) -> Tensor:
+        """The product over `dim` (everything when None), as a tree of products: exact with zeros, and
+        differentiable twice; integer and bool inputs give int64, as PyTorch."""
+        dim = _dim_or_axis(dim, axis, "prod")
+        x = self if dtype is None else self.astype(dtype)
+        if x.dtype.kind in "biu" and dtype is None:
+            x = x.astype(np.int64)
+        if dim is None:
+            return x.reshape(-1).prod(0)
+        keepdim = check_flag(keepdim, "keepdim", "prod")
+        if x.ndim == 0:
+            return x.clone()
+        y, axis_, back = x._along_last(dim, "prod")
+        while y.shape[-1] > 1:  # pair neighbours up: log2(n) products
+            if y.shape[-1] % 2:
+                y = cat([y, Tensor._result(np.ones(y.shape[:-1] + (1,), y.dtype), None)], dim=-1)
+            y = y[..., 0::2] * y[..., 1::2]
+        if y.shape[-1] == 0:  # the product of nothing is 1
+            y = Tensor._result(np.ones(y.shape[:-1] + (1,), y.dtype), None)
+        out = y.squeeze(-1)
+        return out.unsqueeze(axis_) if keepdim else out
+
+    def _scan(self, dim: int, name: str, combine: Any) -> Tensor:
+        """The inclusive scan of `combine` along `dim` (Hillis-Steele: log2(n) steps of whole-tensor ops)."""
+        if self.ndim == 0:
+            return self.clone()
+        y, _, back = self._along_last(dim, name)
+        n, step = y.shape[-1], 1
+        while step < n:
+            y = cat([y[..., :step], combine(y[..., step:], y[..., :n - step])], dim=-1)
+            step *= 2
+        return y.permute(back) if back != tuple(range(self.ndim)) else y
+
+    def cumprod(self, dim: int, *, dtype: Any = None) -> Tensor:
+        """Running products along `dim`; integers and bools give int64, as PyTorch."""
+        x = self if dtype is None else self.astype(dtype)
+        if x.dtype.kind in "biu" and dtype is None:
+            x = x.astype(np.int64)
+        return x._scan(dim, "cumprod", lambda a, b: a * b)
+
+    def logcumsumexp(self, dim: int) -> Tensor:
+        """log(cumsum(exp(x))) along `dim`, never overflowing: a scan of logaddexp."""
+        x = self if self.dtype.kind == "f" else self.astype(DEFAULT_FLOAT)
+        return x._scan(dim, "logcumsumexp", _logaddexp)
+
+    def cummax(self, dim: int) -> Any:
+        """(running maxima, their indices) along `dim`: ties and NaN as PyTorch (the latest tie; a NaN stays)."""
+        return self._running("cummax", dim, np.greater)
+
+    def cummin(self, dim: int) -> Any:
+        return self._running("cummin", dim, np.less)
+
+    def _running(self, name: str, dim: int, better: Any) -> Any:
+        axis = normalize_dim(dim, self.ndim, name)
+        data = np.moveaxis(self._data if self.ndim else self._data.reshape(1), axis if self.ndim else 0, -1)
+        index = np.zeros(data.shape, np.int64)
+        if data.shape[-1]:
+            best, current = data[..., 0].copy(), np.zeros(data.shape[:-1], np.int64)
+            for j in range(data.shape[-1]):
+                v = data[..., j]
+                take = (better(v, best) | (v == best) | np.isnan(v)) & ~np.isnan(best) if data.dtype.kind == "f" \
+                    else better(v, best) | (v == best)
+                best, current = np.where(take, v, best), np.where(take, j, current)
+                index[..., j] = current
+        index = np.moveaxis(index, -1, axis) if self.ndim else index.reshape(())
+        values = self.gather(axis, Tensor._result(index, None)) if self.ndim else self.clone()  # ties repeat
+        return return_types[name](values, Tensor._result(index, None))
+
+    def fmod(self, other: Any) -> Tensor:
+        """C's fmod (the sign of self), as torch.fmod; differentiable in both for floats."""
+        other = self._operand(other)
+        a, b = self._promoted(other)
+        check_broadcast("fmod", a.shape, b.shape)
+        if a.dtype.kind in "biu":
+            if np.any(b._data == 0):
+                raise RuntimeError("fmod: ZeroDivisionError (an integer divided by 0)")
+            return Tensor._result(np.fmod(a._data, b._data), None)
+        return Fmod.apply(a, b)
+
+    def copysign(self, other: Any) -> Tensor:
+        """|self| with the sign of other (its sign bit: -0.0 counts as negative), as torch.copysign."""
+        other = self._operand(other)
+        a = self if self.dtype.kind == "f" else self.astype(DEFAULT_FLOAT)
+        negative = Tensor._result(np.signbit(other._data), None)
+        return where(negative, -a.abs(), a.abs())
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """The entries (i, i + offset) of dims dim1, dim2, as a last dim (torch.diagonal). A copy here, not
+        a view: an in-place write to it does not reach self."""
+        if self.ndim < 2:
+            raise RuntimeError(f"diagonal: needs at least 2 dims, got shape {self.shape}")
+        a, b = normalize_dim(dim1, self.ndim, "diagonal"), normalize_dim(dim2, self.ndim, "diagonal")
+        if a == b:
+            raise RuntimeError(f"diagonal: dim1 and dim2 cannot be the same dim ({dim1}, {dim2})")
+        offset = int(check_number(offset, "offset", "diagonal"))
+        order = tuple(i for i in range(self.ndim) if i not in (a, b)) + (a, b)
+        x = self.permute(order)
+        rows0, cols0 = max(-offset, 0), max(offset, 0)
+        n = max(0, min(x.shape[-2] - rows0, x.shape[-1] - cols0))
+        i = np.arange(n)
+        return x[..., rows0 + i, cols0 + i]
 
     def sin(self) -> Tensor: return Sin.apply(self)
     def cos(self) -> Tensor: return Cos.apply(self)
@@ -1045,9 +1163,12 @@ class Tensor(Node):
         raise RuntimeError("cuda: tinygrad_attn runs on the CPU only (ta.cuda.is_available() is False); use .cpu()")
 
     def type(self, dtype: Any = None) -> Any:
-        """x.type() names the dtype as PyTorch does ('torch.FloatTensor'); x.type(dtype) casts."""
+        """x.type() names the dtype as PyTorch does ('torch.FloatTensor'); x.type(dtype) casts, dtype a dtype,
+        a name such as 'torch.LongTensor', or a tensor type such as torch.ByteTensor."""
         if dtype is None:
             return _TYPE_NAMES.get(self.dtype, f"ta.{self.dtype}")
+        if callable(dtype) and isinstance(getattr(dtype, "dtype", None), np.dtype):  # ta.ByteTensor, ...
+            dtype = dtype.dtype
         if isinstance(dtype, str):
             names = {v: k for k, v in _TYPE_NAMES.items()}
             if dtype not in names:
@@ -1209,6 +1330,11 @@ class Tensor(Node):
     def __setitem__(self, index: Any, value: Any) -> None:
         """x[index] = value, in place (PyTorch's index_put_): recorded in the graph when x or value needs a
         gradient, as any in-place op."""
+        split = _ints_first(index, self.ndim)
+        if split is not None:  # the dims placed as x[index] places them: through the ints' view
+            view = self[split[0]]
+            view[split[1]] = value
+            return
         index = normalize_index(index, self.shape)
         if isinstance(value, Tensor) or not is_number(value):
             value = self._operand(value if isinstance(value, Tensor) else np.asarray(value))
@@ -1259,6 +1385,9 @@ class Tensor(Node):
         return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
 
     def __getitem__(self, index: Any) -> Tensor:
+        split = _ints_first(index, self.ndim)
+        if split is not None:  # PyTorch's placement: ints select first, then the tensor indices
+            return self[split[0]][split[1]]
         return GetItem.apply(self, index=normalize_index(index, self.shape, keep_tensors=True))  # index tensors guarded
 
     def masked_fill(self, mask: Any, value: float) -> Tensor:
@@ -1313,6 +1442,22 @@ def stack(tensors: list[Tensor], dim: int = 0) -> Tensor:
     return cat([t.unsqueeze(dim) for t in tensors], dim)
 
 
+def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
+    """log(exp(a) + exp(b)) = max + log1p(exp(-|a - b|)); -inf with -inf gives -inf (not NaN)."""
+    both = Tensor._result(np.isneginf(a._data) & np.isneginf(b._data), None)
+    gap = where(both, 0.0, a - b)
+    return where(both, a, maximum(a, b) + (-gap.abs()).exp().log1p())
+
+
+def _dim_or_axis(dim: Any, axis: Any, op: str) -> Any:
+    """PyTorch takes numpy's `axis=` as an alias of `dim`."""
+    if axis is not None:
+        if dim is not None:
+            raise TypeError(f"{op}: got both dim and its alias axis")
+        return axis
+    return dim
+
+
 def where(cond: Any, a: Any, b: Any) -> Tensor:
     """Elementwise choice: a where the bool `cond` is True, else b."""
     cond = cond if isinstance(cond, Tensor) else Tensor(np.asarray(cond))
@@ -1322,6 +1467,65 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
     a, b = (x.astype(dtype) if isinstance(x, Tensor) else Tensor._result(np.asarray(x, dtype), None) for x in (a, b))
     check_broadcast("where", cond.shape, a.shape, b.shape)
     return Where.apply(cond, a, b)
+
+
+def _is_array_index(item: Any) -> bool:
+    if isinstance(item, Tensor):
+        return item.ndim > 0 or item.dtype.kind == "b"
+    if isinstance(item, (np.ndarray, list)):
+        return np.ndim(item) > 0 or np.asarray(item).dtype == np.bool_
+    return False
+
+
+def _ints_first(index: Any, ndim: int) -> tuple[tuple, tuple] | None:
+    """(the int indices with slices elsewhere, the rest) when an index mixes ints with tensor indices: PyTorch
+    applies an int as a plain selection, so `x[1, :, idx]` keeps idx's dims where idx stands (numpy counts the
+    int as an array index and, the two being apart, moves both to the front). None otherwise."""
+    items = index if isinstance(index, tuple) else (index,)
+    ints = [isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)) for i in items]
+    if not any(ints) or not any(_is_array_index(i) for i in items) or sum(i is Ellipsis for i in items) > 1:
+        return None
+
+    def width(item: Any) -> int:  # the dims an index item consumes
+        if item is None or item is Ellipsis:
+            return 0
+        if _is_array_index(item):
+            data = item._data if isinstance(item, Tensor) else np.asarray(item)
+            return data.ndim if data.dtype == np.bool_ else 1
+        return 1
+
+    spare = ndim - sum(width(i) for i in items)
+    first, rest = [], []
+    for item, is_int in zip(items, ints):
+        if is_int:
+            first.append(item)
+        elif item is Ellipsis:
+            first += [slice(None)] * max(spare, 0)
+            rest.append(item)
+        else:
+            first += [slice(None)] * width(item)
+            rest.append(item)
+    return tuple(first), tuple(rest)
+
+
+def _accept_axis(method: Any) -> Any:
+    """PyTorch's `axis=` alias of `dim=` (numpy's spelling), on a method whose argument is `dim`."""
+    def method_with_axis(self: Tensor, *args: Any, **kwargs: Any) -> Any:
+        if "axis" in kwargs:
+            if "dim" in kwargs or args:
+                raise TypeError(f"{method.__name__}: got both dim and its alias axis")
+            kwargs["dim"] = kwargs.pop("axis")
+        return method(self, *args, **kwargs)
+
+    method_with_axis.__name__, method_with_axis.__qualname__ = method.__name__, method.__qualname__
+    method_with_axis.__doc__ = method.__doc__
+    return method_with_axis
+
+
+for _name in ("amax", "amin", "max", "min", "argmax", "argmin", "var", "std", "logsumexp", "cumsum", "cumprod",
+              "softmax", "log_softmax", "median", "norm", "flip", "squeeze", "unsqueeze", "argsort", "sort"):
+    if hasattr(Tensor, _name):
+        setattr(Tensor, _name, _accept_axis(getattr(Tensor, _name)))
 
 
 def maximum(a: Any, b: Any) -> Tensor:

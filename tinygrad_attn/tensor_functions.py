@@ -13,6 +13,7 @@ import numpy as np
 
 from . import amp, dtypes
 from .checks import check_tensor
+from .ops import Einsum
 from .tensor import Tensor, maximum, minimum
 
 
@@ -118,6 +119,28 @@ transpose = _method("transpose")
 unique = _method("unique")
 unsqueeze = _method("unsqueeze")
 var = _method("var")
+prod = _method("prod")
+cumprod = _method("cumprod")
+cummax = _method("cummax")
+cummin = _method("cummin")
+logcumsumexp = _method("logcumsumexp")
+fmod = _method("fmod")
+copysign = _method("copysign")
+diagonal = _method("diagonal")
+
+
+def std_mean(input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *,  # noqa: A002
+             correction: Any = None) -> tuple[Tensor, Tensor]:
+    """(std, mean), as torch.std_mean."""
+    x = check_tensor(input, "std_mean")
+    return x.std(dim, unbiased, keepdim, correction=correction), x.mean(dim, keepdim)
+
+
+def var_mean(input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *,  # noqa: A002
+             correction: Any = None) -> tuple[Tensor, Tensor]:
+    """(var, mean), as torch.var_mean."""
+    x = check_tensor(input, "var_mean")
+    return x.var(dim, unbiased, keepdim, correction=correction), x.mean(dim, keepdim)
 
 
 def matmul(input: Tensor, other: Tensor) -> Tensor:  # noqa: A002
@@ -133,6 +156,78 @@ def bmm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002
 
 def pow(input: Tensor, exponent: Any) -> Tensor:  # noqa: A001, A002
     return check_tensor(input, "pow") ** exponent
+
+
+def einsum(equation: str, *operands: Any) -> Tensor:
+    """torch.einsum: "ij,jk->ik", an implicit output (the letters seen once, in order), "..." for leading
+    dims; operands as arguments or one list. Differentiable twice (ops.Einsum). A letter repeated within one
+    operand (a diagonal, a trace) is refused: use `diagonal`."""
+    if not isinstance(equation, str):
+        raise TypeError(f"einsum: equation must be a string, got {type(equation).__name__}")
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    operands = tuple(check_tensor(t, "einsum", f"operand {i}") for i, t in enumerate(operands))
+    if len({t.dtype for t in operands}) > 1:
+        raise RuntimeError(f"einsum: operands must share a dtype, got {[str(t.dtype) for t in operands]}")
+    equation = equation.replace(" ", "")
+    lhs, arrow, rhs = equation.partition("->")
+    inputs = lhs.split(",")
+    if len(inputs) != len(operands):
+        raise ValueError(f"einsum: {equation!r} names {len(inputs)} operands, got {len(operands)}")
+    free = iter(c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in equation)  # letters for "..."
+    ellipsis, subscripts = "", []
+    for sub, t in zip(inputs, operands):
+        if sub.count("...") > 1 or (sub.replace("...", "") and not sub.replace("...", "").isalpha()):
+            raise ValueError(f"einsum: {sub!r} in {equation!r}: subscripts are letters, with at most one '...'")
+        if "..." in sub:
+            n = t.ndim - (len(sub) - 3)
+            if n < 0:
+                raise ValueError(f"einsum: {sub!r} has more letters than operand dims {t.shape}")
+            while len(ellipsis) < n:
+                ellipsis = next(free) + ellipsis
+            sub = sub.replace("...", ellipsis[len(ellipsis) - n:])
+        if len(sub) != t.ndim:
+            raise ValueError(f"einsum: {sub!r} names {len(sub)} dims, the operand has shape {t.shape}")
+        if len(set(sub)) != len(sub):
+            raise NotImplementedError(f"einsum: the letter repeated in {sub!r} (a diagonal or trace) is not "
+                                      "supported here; take ta.diagonal first")
+        subscripts.append(sub)
+    if arrow:
+        output = rhs.replace("...", ellipsis)
+        if (output and not output.isalpha()) or len(set(output)) != len(output):
+            raise ValueError(f"einsum: output {rhs!r} must be distinct letters (and '...')")
+    else:
+        counts = "".join(subscripts)
+        output = ellipsis + "".join(sorted(c for c in set(counts) if counts.count(c) == 1 and c not in ellipsis))
+    sizes: dict[str, int] = {}
+    for sub, t in zip(subscripts, operands):
+        for c, n in zip(sub, t.shape):
+            if sizes.setdefault(c, n) != n and 1 not in (n, sizes[c]):
+                raise RuntimeError(f"einsum: {c!r} is {sizes[c]} in one operand and {n} in another ({equation!r})")
+            sizes[c] = n if sizes[c] == 1 else sizes[c]
+    missing = set(output) - set("".join(subscripts))
+    if missing:
+        raise ValueError(f"einsum: output letters {sorted(missing)} appear in no operand ({equation!r})")
+    return Einsum.apply(*operands, subscripts=tuple(subscripts), output=output)
+
+
+def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """torch.meshgrid: 1-D tensors -> their grids, "ij" (matrix) or "xy" (Cartesian) indexing."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f'meshgrid: indexing must be "ij" or "xy", got {indexing!r}')
+    tensors = tuple(check_tensor(t, "meshgrid") for t in tensors)
+    if [t for t in tensors if t.ndim > 1]:  # (this module's `any` is torch.any)
+        raise RuntimeError(f"meshgrid: expects 0-D or 1-D tensors, got shapes {[t.shape for t in tensors]}")
+    flat = [t.reshape(-1) for t in tensors]
+    if indexing == "xy" and len(flat) >= 2:
+        flat[0], flat[1] = flat[1], flat[0]
+    shape = tuple(t.shape[0] for t in flat)
+    grids = [t.reshape(tuple(-1 if i == k else 1 for i in range(len(flat)))).expand(shape) for k, t in enumerate(flat)]
+    if indexing == "xy" and len(grids) >= 2:
+        grids[0], grids[1] = grids[1], grids[0]  # X varies along columns, Y along rows
+    return tuple(grids)
 
 
 def is_tensor(obj: Any) -> bool:
@@ -164,6 +259,7 @@ def _typed(dtype: np.dtype, name: str) -> Any:
 
     constructor.__name__ = constructor.__qualname__ = name
     constructor.__doc__ = f"torch.{name}: a tensor of dtype {dtype} (from data, or zeros of the given sizes)."
+    constructor.dtype = dtype  # so that x.type(torch.ByteTensor) casts, as PyTorch's
     return constructor
 
 
@@ -188,6 +284,10 @@ class cuda:  # noqa: N801  (torch.cuda's name)
     @staticmethod
     def device_count() -> int:
         return 0
+
+    @staticmethod
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        return False
 
     @staticmethod
     def manual_seed(seed: int) -> None:
@@ -251,5 +351,6 @@ __all__ = [
     "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cosh", "erf", "exp2", "expm1", "flip", "floor",
     "gather", "isclose", "isfinite", "isinf", "isnan", "lerp", "log10", "log1p", "log2", "logsumexp",
     "masked_select", "outer", "repeat_interleave", "roll", "round", "sign", "sinh", "tan", "trunc", "unbind",
-    "unflatten",
+    "unflatten", "einsum", "meshgrid", "prod", "cumprod", "cummax", "cummin", "logcumsumexp", "std_mean",
+    "var_mean", "fmod", "copysign", "diagonal",
 ]

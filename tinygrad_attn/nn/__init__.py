@@ -1,6 +1,6 @@
 """Layers with PyTorch's conventions: Module, Linear, LayerNorm, Embedding, MultiHeadAttention, Transformer blocks."""
 
-from . import functional, init, utils
+from . import functional, init, parallel, utils
 from .activations import (
     CELU,
     ELU,
@@ -89,6 +89,7 @@ __all__ = [
     "ModuleDict",
     "ModuleList",
     "init",
+    "parallel",
     "utils",
     "MultiHeadAttention",
     "MultiheadAttention",

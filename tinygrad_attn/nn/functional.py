@@ -23,6 +23,7 @@ from ..activations import (
 )
 from ..functional import (
     dropout,
+    embedding,
     gelu,
     layer_norm,
     log_softmax,
@@ -60,7 +61,7 @@ def linear(input, weight, bias=None):  # noqa: A002
 
 
 __all__ = ["celu", "elu", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "logsigmoid", "mish", "normalize",
-           "relu6", "selu", "silu", "softplus", "softsign", "tanhshrink",
-           "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "gelu", "kl_div",
-           "l1_loss", "layer_norm", "linear", "log_softmax", "mse_loss", "nll_loss", "one_hot", "packed_self_attention",
-           "pad", "relu", "rms_norm", "scaled_dot_product_attention", "sigmoid", "softmax", "tanh"]
+           "relu6", "selu", "silu", "softplus", "softsign", "tanhshrink", "binary_cross_entropy",
+           "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "embedding", "gelu", "kl_div", "l1_loss",
+           "layer_norm", "linear", "log_softmax", "mse_loss", "nll_loss", "one_hot", "packed_self_attention", "pad",
+           "relu", "rms_norm", "scaled_dot_product_attention", "sigmoid", "softmax", "tanh"]
