@@ -99,8 +99,9 @@ def attention_figure(task: Any, model: Any, batch: Any, head: str | None = None,
                 ax.set_title(f"{name} L{layer} H{h}", fontsize=MIN_POINTS + 1)
                 n_q, n_k = weights[h].shape
                 _ticks(ax, queries if h == 0 else None, keys, side / n_k, side / n_q)
-                _values(ax, weights[h], min(side / n_k, side / n_q))  # a near-uniform (untrained) map reads
-        fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6)  # as numbers where they fit, not one colour
+                if max(n_q, n_k) <= 12:  # a small map shows its numbers: a near-uniform (untrained) one then reads
+                    _values(ax, weights[h], min(side / n_k, side / n_q))  # as numbers, not as one flat colour
+        fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6)
     chars = max(40, int(width * 72 / (0.6 * 9)))  # the title wrapped to the figure's width at 9 pt
     lines = [line for part in (title, caption) if part for line in textwrap.wrap(part, chars)]
     fig.suptitle("\n".join(lines), fontsize=9)
