@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from machine import print_machine  # benchmarks/machine.py: the machine, beside every table
+
 SHAPES = [(32, 32, 64, 4), (8, 256, 256, 8), (4, 1024, 512, 8), (1, 4096, 512, 8)]
 FRAMEWORKS = ["tinygrad_attn", "tinygrad_attn_default", "numpy", "torch_eager", "torch_sdpa"]
 
@@ -214,6 +216,7 @@ def main():
         framework, shape, reps = json.loads(args.case)
         print(json.dumps(run_case(framework, tuple(shape), args.threads[0], reps, warmup=max(2, reps // 10))))
         return
+    print_machine()
     results = []
     for threads in args.threads:
         results += run_thread_count(args, threads)

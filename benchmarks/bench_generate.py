@@ -12,6 +12,8 @@ import statistics
 import sys
 import time
 
+from machine import print_machine  # benchmarks/machine.py: the machine, beside every table
+
 sys.path.insert(0, os.path.dirname(__file__))
 
 
@@ -54,6 +56,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--size", default="256,128,4,4", help="max_len,d_model,heads,layers")
     args = parser.parse_args()
+    print_machine()
     max_len, d_model, heads, layers = (int(x) for x in args.size.split(","))
     import tinygrad_attn as ta
 

@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from machine import print_machine  # benchmarks/machine.py: the machine, beside every table
+
 SHAPES = [(12, 64, 512), (64, 17, 64)]
 OPS = ["gelu", "relu", "layer_norm", "softmax", "cross_entropy"]
 
@@ -89,6 +91,7 @@ def main():
         framework, op, shape, threads = json.loads(args.case)
         print(run_case(framework, op, tuple(shape), threads, args.reps))
         return
+    print_machine()
     for threads in args.threads:
         print(f"\nthreads={threads}  float32  forward+backward  median ms over {args.rounds} interleaved rounds")
         print(f"  {'op':<15}{'shape':<16}{'ours':>8}{'torch':>8}{'ratio':>8}")

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 
+from machine import print_machine  # benchmarks/machine.py: the machine, beside every table
+
 PROBE = """
 import time
 start = time.perf_counter()
@@ -41,6 +43,7 @@ def run(cache_dir: str) -> dict:
 
 
 def main() -> None:
+    print_machine()
     with tempfile.TemporaryDirectory() as cache:
         cold = run(cache)
         warm = [run(cache) for _ in range(5)]

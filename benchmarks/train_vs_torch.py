@@ -18,6 +18,8 @@ import os
 import statistics
 import time
 
+from machine import print_machine  # benchmarks/machine.py: the machine, beside every table
+
 
 def torch_model(task, ours):
     """The PyTorch twin of `ours` (a tinygrad_attn CausalLM), with the same weights."""
@@ -142,6 +144,7 @@ def main():
     args = parser.parse_args()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, str(args.threads))
+    print_machine()
 
     from tinygrad_attn.tasks import get_task
 

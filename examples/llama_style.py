@@ -125,13 +125,7 @@ def batches(data, block_size, batch_size, steps):
         yield torch.tensor(chunk[:, :-1], dtype=torch.long), torch.tensor(chunk[:, 1:], dtype=torch.long)
 
 
-def main(steps=30, weights=None):
-    torch.manual_seed(0)
-    chars = sorted(set(TEXT))
-    data = np.array([chars.index(c) for c in TEXT])
-    model = Transformer(vocab_size=len(chars), max_seq_len=16)
-    if weights is not None:
-        model.load_state_dict({name: torch.tensor(value) for name, value in weights.items()})
+def train(model, data, steps):
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     losses = []
     model.train()
@@ -141,6 +135,21 @@ def main(steps=30, weights=None):
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+    return losses
+
+
+def encode(text):
+    chars = sorted(set(TEXT))
+    return np.array([chars.index(c) for c in text]), chars
+
+
+def main(steps=30, weights=None):
+    torch.manual_seed(0)
+    data, chars = encode(TEXT)
+    model = Transformer(vocab_size=len(chars), max_seq_len=16)
+    if weights is not None:
+        model.load_state_dict({name: torch.tensor(value) for name, value in weights.items()})
+    losses = train(model, data, steps)
     model.eval()
     prompt = torch.tensor([[chars.index(c) for c in "the "]], dtype=torch.long)
     return model, losses, model.generate(prompt, 8)
