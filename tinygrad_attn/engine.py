@@ -358,7 +358,7 @@ class Function:
 
     @classmethod
     def apply(cls, *inputs: Any, **kwargs: Any) -> Node:
-        kind, others = None, False  # kind: the class new tensors get (the first input tensor's)
+        kind, others, grad_on = None, False, _grad_mode.get()  # kind: the class new tensors get (the first input's)
         for x in inputs:
             if not isinstance(x, Node):
                 others = True
@@ -366,7 +366,7 @@ class Function:
             if kind is None:
                 kind = type(x)
             seen = x._view_of
-            if seen is not None and seen[3]._ctx is not seen[4] and _grad_mode.get():
+            if seen is not None and grad_on and seen[3]._ctx is not seen[4]:
                 refresh_view(x)  # its base was changed in place since: read it through the base's new node
         if kind is None:
             raise TypeError(f"{cls.__name__}.apply: give at least one Tensor input, got "
@@ -390,7 +390,7 @@ class Function:
         ctx = Context(cls, tensors, kwargs)
         raw = cls.forward(ctx, *(t._data for t in tensors), **kwargs)
         out = raw if type(raw) is np.ndarray else np.asarray(raw)
-        requires_grad = out.dtype.kind == "f" and True in ctx.needs_input_grad and _grad_mode.get()
+        requires_grad = grad_on and True in ctx.needs_input_grad and out.dtype.kind == "f"
         result = kind._result(out, ctx if requires_grad else None)
         if out.base is not None:  # a view of an input (reshape, permute, slicing): one version counter
             for t in tensors:

@@ -419,7 +419,11 @@ class Tensor(Node):
         return self.astype(dtype), other.astype(dtype)
 
     def _binary(self, op: type[Function], other: Any, reverse: bool = False) -> Tensor:
-        if not isinstance(other, (Tensor, np.ndarray, np.generic, complex)) and not is_number(other):
+        kind = type(other)
+        if kind is float and not reverse and self._data.dtype.kind == "f":  # x * 0.5: the commonest case, direct
+            return op.apply(self, Tensor._result(np.asarray(other, self._data.dtype), None))
+        if kind is not Tensor and not isinstance(other, (Tensor, np.ndarray, np.generic, complex)) and not is_number(
+                other):
             # a list, a (values, indices) pair, None or a string: PyTorch's TypeError, not a guess at a tensor
             sides = (type(other).__name__, "Tensor") if reverse else ("Tensor", type(other).__name__)
             raise TypeError(f"unsupported operand type(s) for {_SYMBOLS[op]}: '{sides[0]}' and '{sides[1]}'")
