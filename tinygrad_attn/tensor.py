@@ -450,9 +450,15 @@ class Tensor(Node):
     def __pow__(self, exponent: Any) -> Tensor:
         if isinstance(exponent, Tensor):  # a tensor exponent: both operands promoted, broadcast
             a, b = self._promoted(exponent)
-            if a.dtype.kind != "f" and b.dtype.kind != "f" and np.any(b._data < 0):
-                raise RuntimeError("pow: Integers to negative integer powers are not allowed.")
+            if a.dtype.kind == "b":
+                raise NotImplementedError('"pow" not implemented for \'Bool\' (as PyTorch); convert with .int()')
             check_broadcast("pow", a.shape, b.shape)
+            if a.dtype.kind != "f" and b.dtype.kind != "f" and np.any(b._data < 0):  # PyTorch's integer rule:
+                base, power = np.broadcast_arrays(a._data, b._data)  # 1 ** -n = 1, (-1) ** -n = +-1, else 0
+                with np.errstate(all="ignore"):
+                    whole = np.power(base, np.maximum(power, 0))
+                inverse = np.where(base == 1, 1, np.where(base == -1, np.where(power % 2, -1, 1), 0))
+                return Tensor._result(np.where(power < 0, inverse, whole).astype(whole.dtype), None)
             return PowTensor.apply(a, b)
         if isinstance(exponent, (bool, str)) or not isinstance(exponent, (int, float, np.number)):
             raise TypeError(f"pow: the exponent must be a number or a tensor, got {exponent!r:.40}")
@@ -518,11 +524,12 @@ class Tensor(Node):
     def ne(self, other): return self != other
 
     # --- elementwise functions ----------------------------------------------
-    def exp(self): return Exp.apply(self)
-    def log(self): return Log.apply(self)
-    def sqrt(self): return Sqrt.apply(self)
-    def tanh(self): return Tanh.apply(self)
-    def sigmoid(self): return Sigmoid.apply(self)
+    # integer and bool inputs compute in the default float (float32), as PyTorch's: _float_op
+    def exp(self): return Exp.apply(self) if self._data.dtype.kind == "f" else self._float_op(Exp)
+    def log(self): return Log.apply(self) if self._data.dtype.kind == "f" else self._float_op(Log)
+    def sqrt(self): return Sqrt.apply(self) if self._data.dtype.kind == "f" else self._float_op(Sqrt)
+    def tanh(self): return Tanh.apply(self) if self._data.dtype.kind == "f" else self._float_op(Tanh)
+    def sigmoid(self): return Sigmoid.apply(self) if self._data.dtype.kind == "f" else self._float_op(Sigmoid)
     def relu(self): return Relu.apply(self)
 
     def astype(self, dtype: Any) -> Tensor:
@@ -547,6 +554,9 @@ class Tensor(Node):
         dim = _dim_or_axis(dim, axis, "mean")
         if dtype is not None:
             return self.astype(dtype).mean(dim, keepdim)
+        if self._data.dtype.kind != "f":
+            raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point "
+                               f"or complex dtype. Got: {self.dtype} (give dtype=, or call .float() first)")
         axis = normalize_dims(dim, self.ndim, "mean")
         check_flag(keepdim, "keepdim", "mean")
         count = math.prod(self.shape[a] for a in axis)
@@ -654,6 +664,8 @@ class Tensor(Node):
             raise TypeError("var: give unbiased or correction, not both")
         correction = (1 if unbiased is None or unbiased else 0) if correction is None else correction
         correction = check_number(correction, "correction", "var", low=0)
+        if self._data.dtype.kind != "f":
+            raise RuntimeError(f"std and var only support floating point and complex dtypes, got {self.dtype}")
         axis = normalize_dims(dim, self.ndim, "var")
         count = math.prod(self.shape[a] for a in axis)
         centred = self - self.mean(axis, keepdim=True)
@@ -750,9 +762,11 @@ class Tensor(Node):
         return x._scan(dim, "cumprod", lambda a, b: a * b)
 
     def logcumsumexp(self, dim: int) -> Tensor:
-        """log(cumsum(exp(x))) along `dim`, never overflowing: a scan of logaddexp."""
-        x = self if self.dtype.kind == "f" else self.astype(DEFAULT_FLOAT)
-        return x._scan(dim, "logcumsumexp", _logaddexp)
+        """log(cumsum(exp(x))) along `dim`, never overflowing: a scan of logaddexp (floats only, as PyTorch)."""
+        if self.dtype.kind != "f":
+            raise RuntimeError(f"logcumsumexp: not implemented for {self.dtype} input (as PyTorch); convert it "
+                               "with .float()")
+        return self._scan(dim, "logcumsumexp", _logaddexp)
 
     def cummax(self, dim: int) -> Any:
         """(running maxima, their indices) along `dim`: ties and NaN as PyTorch (the latest tie; a NaN stays)."""
@@ -811,8 +825,8 @@ class Tensor(Node):
         i = np.arange(n)
         return x[..., rows0 + i, cols0 + i]
 
-    def sin(self) -> Tensor: return Sin.apply(self)
-    def cos(self) -> Tensor: return Cos.apply(self)
+    def sin(self) -> Tensor: return Sin.apply(self) if self._data.dtype.kind == "f" else self._float_op(Sin)
+    def cos(self) -> Tensor: return Cos.apply(self) if self._data.dtype.kind == "f" else self._float_op(Cos)
     def _float_op(self, rule: type[Function]) -> Tensor:  # integer and bool inputs give float32, as PyTorch
         return rule.apply(self if self.dtype.kind == "f" else self.astype(DEFAULT_FLOAT))
 

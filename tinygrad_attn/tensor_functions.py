@@ -240,12 +240,12 @@ def is_floating_point(input: Tensor) -> bool:  # noqa: A002
 
 def allclose(input: Tensor, other: Tensor, rtol: float = 1e-5, atol: float = 1e-8,  # noqa: A002
              equal_nan: bool = False) -> bool:
-    return bool(np.allclose(check_tensor(input, "allclose").numpy(), check_tensor(other, "allclose", "other").numpy(),
-                            rtol, atol, equal_nan))
+    return bool(np.allclose(check_tensor(input, "allclose")._data, check_tensor(other, "allclose", "other")._data,
+                            rtol, atol, equal_nan))  # tensors that require grad too, as PyTorch's
 
 
 def equal(input: Tensor, other: Tensor) -> bool:  # noqa: A002
-    a, b = check_tensor(input, "equal").numpy(), check_tensor(other, "equal", "other").numpy()
+    a, b = check_tensor(input, "equal")._data, check_tensor(other, "equal", "other")._data
     return a.shape == b.shape and bool(np.array_equal(a, b))
 
 
