@@ -171,12 +171,13 @@ def test_kernels_survive_out_of_range_indices_through_every_public_path():
     code = textwrap.dedent("""
         import numpy as np
         import tinygrad_attn as ta
-        from tinygrad_attn import functional as F, nn
+        from tinygrad_attn import functional as F, fused, nn
         from tinygrad_attn.nn.layers import EmbeddingLookup
         logits = ta.Tensor(np.zeros((2, 5), np.float32), requires_grad=True)
         emb = nn.Embedding(4, 3)
         paths = {
-            "CrossEntropy.apply": lambda t: F.CrossEntropy.apply(logits, target=np.array([0, t]), ignore_index=-100),
+            "CrossEntropy.apply": lambda t: fused.CrossEntropy.apply(logits, target=np.array([0, t]),
+                                                                     ignore_index=-100),
             "cross_entropy": lambda t: F.cross_entropy(logits, np.array([0, t])),
             "EmbeddingLookup.apply": lambda t: EmbeddingLookup.apply(emb.weight, indices=np.array([t]),
                                                                      padding_idx=None),

@@ -257,3 +257,59 @@ def test_the_schedulers_set_pytorchs_learning_rates_and_momenta():
             trace.append(optimizer.param_groups[0]["lr"])
         lrs.append(trace)
     assert lrs[0] == lrs[1] and not math.isclose(lrs[0][-1], 1.0)
+
+
+def test_one_functional_namespace():
+    """tinygrad_attn.functional re-exports nn.functional's very functions (cross_entropy with PyTorch's
+    signature: the third argument is weight)."""
+    ours, public = ta.functional, ta.nn.functional
+    shared = [n for n in ours.__all__ if hasattr(public, n)]
+    assert "cross_entropy" in shared and all(getattr(ours, n) is getattr(public, n) for n in shared)
+    logits, target = ta.tensor(np.random.default_rng(2).normal(size=(4, 3))), ta.tensor([0, 2, 1, 2])
+    weight = ta.tensor([1.0, 2.0, 0.5], dtype=ta.float64)
+    weighted = ours.cross_entropy(logits, target, weight).item()
+    picked = -np.log(np.exp(logits.numpy()) / np.exp(logits.numpy()).sum(1, keepdims=True))[range(4), [0, 2, 1, 2]]
+    w = weight.numpy()[[0, 2, 1, 2]]
+    assert np.isclose(weighted, (picked * w).sum() / w.sum())
+
+
+@few
+@given(seed=st.integers(0, 2**16), include_self=st.booleans())
+def test_scatter_reduce_sum_and_mean_are_twice_differentiable(seed, include_self):
+    rng = np.random.default_rng(seed)
+    x, src = leaf(rng.normal(size=(3, 5))), leaf(rng.normal(size=(3, 4)))
+    index = ta.tensor(rng.integers(0, 5, (3, 4)))
+    for reduce in ("sum", "mean"):
+        assert ta.gradgradcheck(lambda a, b, r=reduce: a.scatter_reduce(1, index, b, r, include_self=include_self)
+                                ** 2, [x, src])
+
+
+@pytest.mark.torch_parity
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin", "prod"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_equals_pytorchs(reduce, include_self):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(6)
+    x, src = rng.normal(size=(3, 5)), rng.normal(size=(3, 4))
+    src[0, 1] = src[0, 2]  # a tie, sent to one entry: the gradient is shared
+    index = np.array([[0, 1, 1, 4], [2, 2, 0, 3], [4, 4, 4, 4]])
+    results = []
+    for m in (ta, torch):
+        a, b = m.tensor(x, requires_grad=reduce != "prod"), m.tensor(src, requires_grad=reduce != "prod")
+        out = a.scatter_reduce(1, m.tensor(index), b, reduce, include_self=include_self)
+        if reduce != "prod":
+            (out * m.tensor(np.arange(15.0).reshape(3, 5))).sum().backward()
+        results.append((out.detach().numpy(), None if reduce == "prod" else (a.grad.numpy(), b.grad.numpy())))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-12, atol=1e-12)
+    if reduce != "prod":
+        for ours, theirs in zip(results[0][1], results[1][1]):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for reduce_name in ("add", "multiply"):
+            ours = ta.ones(5).scatter(0, ta.tensor([0, 0, 3]), ta.ones(3) * 2, reduce=reduce_name)
+            theirs = torch.ones(5).scatter(0, torch.tensor([0, 0, 3]), torch.ones(3) * 2, reduce=reduce_name)
+            assert ours.tolist() == theirs.tolist()
+    y = ta.zeros(5)
+    y.scatter_add_(0, ta.tensor([1, 1, 4]), ta.ones(3))
+    assert y.tolist() == [0.0, 2.0, 0.0, 0.0, 1.0]

@@ -1,4 +1,6 @@
-"""Attention's building blocks as differentiable functions, imported as `F`.
+"""Attention's building blocks as differentiable functions. PyTorch programs import them from
+`tinygrad_attn.nn.functional` (as `F`), which re-exports these very functions beside the losses and
+activations; `cross_entropy` here is that one too (losses.py), with PyTorch's signature.
 
 The fused ops (softmax, log-softmax, layer norm, GELU, cross-entropy and
 flash attention) are `Function`s whose forward and backward call the numba
@@ -23,7 +25,6 @@ from . import rng
 from .checks import check_indices, check_number, check_tensor, float_tensor
 from .engine import ScopedSetting
 from .fused import (
-    CrossEntropy,
     EmbeddingLookup,
     FlashAttention,
     Gelu,
@@ -33,6 +34,7 @@ from .fused import (
     log_softmax,
     softmax,
 )
+from .losses import cross_entropy
 from .memory import check_fits
 from .tensor import Tensor
 
@@ -132,63 +134,6 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     keep = rng.generator().random(x.shape) >= p
     scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
     return x * Tensor((keep * scale).astype(x.dtype))
-
-
-def class_rows(input: Tensor, target: np.ndarray, op: str) -> tuple[Tensor, np.ndarray]:  # noqa: A002
-    """Scores (C,), (N, C) or (N, C, d1, ...) with targets (), (N,) or (N, d1, ...), PyTorch's layout, as rows
-    (M, C) and targets (M,)."""
-    if input.ndim == 1:
-        input, target = input.unsqueeze(0), target.reshape(1, *target.shape)
-    if input.ndim < 2 or target.shape != input.shape[:1] + input.shape[2:]:
-        hint = ("; logits (B, T, C) go as logits.reshape(-1, C) with target.reshape(-1), as in PyTorch"
-                if input.ndim >= 3 and target.shape == input.shape[:-1] else "")
-        raise ValueError(f"{op}: logits of shape {input.shape} need targets of shape "
-                         f"{input.shape[:1] + input.shape[2:]}, got {target.shape}{hint}")
-    if input.ndim > 2:  # (N, C, d1, ...) -> (N, d1, ..., C) -> (M, C)
-        input = input.permute(0, *range(2, input.ndim), 1)
-    return input.reshape(math.prod(input.shape[:-1]), input.shape[-1]), target.reshape(-1)
-
-
-def cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reduction: str = "mean",
-                  label_smoothing: float = 0.0) -> Tensor:
-    """Cross-entropy of logits (N, C) (or (C,), or (N, C, d1, ...): PyTorch's layout) against integer class
-    indices (N,) (or (), (N, d1, ...)), on the fused kernel.
-
-    "mean" averages over the targets that are not `ignore_index` (NaN when all are ignored, as PyTorch),
-    "sum" adds them, "none" returns one loss per target. With label_smoothing e, each row's loss is
-    (1 - e) (-log p_target) + e mean_c(-log p_c), as in PyTorch. Class weights and class probabilities:
-    `ta.nn.functional.cross_entropy`.
-    """
-    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not (
-            0.0 <= label_smoothing <= 1.0):
-        raise ValueError(f"cross_entropy: label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f'cross_entropy: reduction must be "mean", "sum" or "none", got {reduction!r}')
-    logits = float_tensor(logits, "cross_entropy", "logits")
-    target = np.asarray(target._data if isinstance(target, Tensor) else target)
-    if target.dtype.kind not in "iu":
-        raise TypeError(f"cross_entropy: target must hold integer class indices, got dtype {target.dtype}")
-    if logits.ndim == 0:
-        raise ValueError(f"cross_entropy: logits must be (N, C) or (N, C, d1, ...), got shape {logits.shape}")
-    rows, flat_target = class_rows(logits, target, "cross_entropy")  # (M, C), (M,)
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)) or not (
-            -2**63 <= ignore_index < 2**63):
-        raise TypeError(f"cross_entropy: ignore_index must be an int64, got {ignore_index!r} (Overflow when unpacking "
-                        "long)")
-    ignore_index = int(ignore_index)
-    counted = flat_target != ignore_index
-    flat_target = flat_target.astype(np.int64)
-    count = int(counted.sum())
-    total_scale = 1.0 if reduction == "sum" else 1.0 / count if count else math.nan
-    if reduction != "none" and label_smoothing == 0:  # the common case: one node
-        return CrossEntropy.apply(rows, target=flat_target, ignore_index=ignore_index, total_scale=total_scale)
-    losses = CrossEntropy.apply(rows, target=flat_target, ignore_index=ignore_index)
-    if label_smoothing > 0:
-        uniform = -log_softmax(rows, -1).mean(-1) * Tensor(counted.astype(rows.dtype))  # mean_c -log p_c
-        losses = losses * (1.0 - label_smoothing) + uniform * label_smoothing
-    if reduction == "none":
-        return losses.reshape(target.shape)
-    return losses.sum() * total_scale
 
 
 # --- scaled dot-product attention: two implementations behind one seam -------------------------------

@@ -75,6 +75,7 @@ from .ops import (
     Floor,
     Fmod,
     GetItem,
+    IndexAdd,
     IndexPut,
     Log,
     Log1p,
@@ -1106,8 +1107,16 @@ class Tensor(Node):
         check_broadcast("copy_", src.shape, self.shape)
         return self._in_place("copy_", lambda t: CopyInto.apply(t, src), src)
 
-    def scatter(self, dim: int, index: Any, src: Any = None, value: Any = None) -> Tensor:
-        """Out-of-place scatter: entries at `index` along `dim` take src's (or `value`)."""
+    def scatter(self, dim: int, index: Any, src: Any = None, value: Any = None, *, reduce: str | None = None) -> Tensor:
+        """Out-of-place scatter: entries at `index` along `dim` take src's (or `value`); reduce="add" or
+        "multiply" combines them with the entries instead, as PyTorch's (repeated indices accumulate)."""
+        if reduce is not None:
+            if reduce not in ("add", "multiply"):
+                raise ValueError(f'scatter: reduce must be "add" or "multiply", got {reduce!r}')
+            if src is None or is_number(src):
+                index_t = index if isinstance(index, Tensor) else Tensor._wrap(np.asarray(index))
+                src = Tensor._result(np.full(index_t.shape, value if src is None else src, self.dtype), None)
+            return self.scatter_reduce(dim, index, src, "sum" if reduce == "add" else "prod")
         axis = normalize_dim(dim, self.ndim, "scatter")
         given = index  # an index tensor is passed on as itself, so a change of it before backward is caught
         index = index._data if isinstance(index, Tensor) else np.asarray(index)
@@ -1128,8 +1137,81 @@ class Tensor(Node):
             raise ValueError(f"scatter: index of shape {index.shape} is larger than src's {src.shape}")
         return Scatter.apply(self, src, index=given if isinstance(given, Tensor) else index, axis=axis)
 
-    def scatter_(self, dim: int, index: Any, src: Any = None, value: Any = None) -> Tensor:
-        return self._in_place("scatter_", lambda t: t.scatter(dim, index, src, value), src)
+    def scatter_(self, dim: int, index: Any, src: Any = None, value: Any = None, *, reduce: str | None = None
+                 ) -> Tensor:
+        return self._in_place("scatter_", lambda t: t.scatter(dim, index, src, value, reduce=reduce), src)
+
+    def scatter_add(self, dim: int, index: Any, src: Any) -> Tensor:
+        """self with src's entries added at `index` along `dim` (repeated indices add up), as torch's."""
+        return self.scatter_reduce(dim, index, src, "sum")
+
+    def scatter_add_(self, dim: int, index: Any, src: Any) -> Tensor:
+        return self._in_place("scatter_add_", lambda t: t.scatter_add(dim, index, src), src)
+
+    def scatter_reduce(self, dim: int, index: Any, src: Any, reduce: str, *, include_self: bool = True) -> Tensor:
+        """PyTorch's scatter_reduce: src's entries combined into self's at `index` along `dim` by "sum", "prod",
+        "mean", "amax" or "amin" (with self's entry unless include_self=False; untouched entries stay). The
+        gradients are PyTorch's: amax/amin's shared evenly among the entries equal to the result."""
+        if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+            raise ValueError(f'scatter_reduce: reduce must be "sum", "prod", "mean", "amax" or "amin", got {reduce!r}')
+        axis = normalize_dim(dim, self.ndim, "scatter_reduce")
+        idx = np.asarray(index._data if isinstance(index, Tensor) else index)
+        src = check_tensor(src, "scatter_reduce", "src")
+        if idx.dtype.kind not in "iu" or idx.ndim != self.ndim or src.ndim != self.ndim:
+            raise TypeError(f"scatter_reduce: index must be an int tensor and src a tensor, both with {self.ndim} "
+                            f"dims, got index {idx.dtype} {idx.shape} and src {src.shape}")
+        if src.dtype != self.dtype:
+            raise RuntimeError(f"scatter_reduce(): Expected self.dtype to be equal to src.dtype, got {self.dtype} "
+                               f"and {src.dtype}")
+        if any(i > n for i, n in zip(idx.shape, src.shape)) or any(
+                i > n for d, (i, n) in enumerate(zip(idx.shape, self.shape)) if d != axis):
+            raise ValueError(f"scatter_reduce: index of shape {idx.shape} is larger than src {src.shape} or self "
+                             f"{self.shape} outside dim {dim}")
+        if idx.size and (idx.min() < -self.shape[axis] or idx.max() >= self.shape[axis]):
+            raise IndexError(f"scatter_reduce: index out of range for dim {dim} of length {self.shape[axis]}")
+        coords = list(np.indices(idx.shape))
+        coords[axis] = idx % self.shape[axis] if self.shape[axis] else idx
+        coords = tuple(coords)  # where each src entry goes
+        values = src[tuple(slice(0, n) for n in idx.shape)]  # the src entries used
+        count = np.zeros(self.shape, np.int64)
+        np.add.at(count, coords, 1)
+        touched = Tensor._result(count > 0, None)
+        keep = self if include_self else where(touched, Tensor._result(np.zeros((), self.dtype), None), self)
+        if reduce in ("sum", "mean"):
+            total = keep + IndexAdd.apply(values, index=coords, shape=self.shape)
+            if reduce == "sum":
+                return total
+            if self.dtype.kind != "f":
+                raise RuntimeError("scatter_reduce: mean of an integer tensor is not supported here; use .float()")
+            divisor = count + (1 if include_self else 0)
+            return total / Tensor._result(np.maximum(divisor, 1).astype(self.dtype), None)
+        result = self._data.copy() if include_self else np.where(count > 0, self._data * 0, self._data)
+        fill = {"prod": 1, "amax": -np.inf, "amin": np.inf}[reduce] if self.dtype.kind == "f" else None
+        if not include_self and fill is not None:
+            result = np.where(count > 0, fill, self._data).astype(self.dtype)
+        elif not include_self:
+            info = np.iinfo(self.dtype)
+            result = np.where(count > 0, {"prod": 1, "amax": info.min, "amin": info.max}[reduce], self._data)
+        ufunc = {"prod": np.multiply, "amax": np.maximum, "amin": np.minimum}[reduce]
+        ufunc.at(result, coords, values._data)
+        out = Tensor._result(result.astype(self.dtype), None)
+        if not (self.requires_grad or src.requires_grad) or self.dtype.kind != "f":
+            return out
+        if reduce == "prod":  # d out / d x = the product of the others: exact with zeros, first order only
+            raise NotImplementedError("scatter_reduce: the gradient of reduce=\"prod\" is not supported here; "
+                                      "use sum of logs, or amax/amin/sum/mean")
+        hit = values._data == result[coords]  # amax/amin: the entries equal to the result share its gradient
+        self_hit = (self._data == result) & ((count == 0) | include_self)
+        ties = self_hit.astype(np.int64)
+        np.add.at(ties, coords, hit.astype(np.int64))
+        share = 1.0 / np.maximum(ties, 1)
+        self_weight = self_hit * share
+        src_weight = hit * share[coords]
+        moved = (self - self.detach()) * Tensor._result(self_weight.astype(self.dtype), None)
+        moved = moved + IndexAdd.apply((values - values.detach()) * Tensor._result(src_weight.astype(self.dtype),
+                                                                                   None), index=coords,
+                                       shape=self.shape)
+        return out + moved  # the value exactly (x - x.detach() is 0), the gradient shared among the maxima
 
     def index_fill(self, dim: int, index: Any, value: Any) -> Tensor:
         axis = normalize_dim(dim, self.ndim, "index_fill")
