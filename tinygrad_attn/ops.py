@@ -806,6 +806,21 @@ def rows_of(a: np.ndarray) -> np.ndarray:
     return a.reshape(math.prod(a.shape[:-1]), a.shape[-1])
 
 
+class Copysign(Rule):
+    """|a| with b's sign bit; d/da = a / out (+-1, 0 where a is 0), d/db = 0, as PyTorch's."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        out = np.copysign(a, b)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ctx.ratio = np.where(a == 0, 0, a / np.where(out == 0, 1, out)).astype(out.dtype)  # +-1
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.ratio, grad * np.zeros((), ctx.ratio.dtype)
+
+
 class Fmod(Rule):
     """C's fmod: a - b * trunc(a / b), the sign of a; d/da = 1, d/db = -trunc(a / b) (PyTorch's)."""
 

@@ -62,6 +62,7 @@ from .ops import (
     Clamp,
     Clone,
     CopyInto,
+    Copysign,
     CopySlices,
     Cos,
     Cosh,
@@ -739,8 +740,8 @@ class Tensor(Node):
             if y.shape[-1] % 2:
                 y = cat([y, Tensor._result(np.ones(y.shape[:-1] + (1,), y.dtype), None)], dim=-1)
             y = y[..., 0::2] * y[..., 1::2]
-        if y.shape[-1] == 0:  # the product of nothing is 1
-            y = Tensor._result(np.ones(y.shape[:-1] + (1,), y.dtype), None)
+        if y.shape[-1] == 0:  # the product of nothing is 1 (still in the graph: its gradient, empty, flows back)
+            y = y.sum(-1, keepdim=True) * 0 + 1
         out = y.squeeze(-1)
         return out.unsqueeze(axis_) if keepdim else out
 
@@ -796,6 +797,8 @@ class Tensor(Node):
         """C's fmod (the sign of self), as torch.fmod; differentiable in both for floats."""
         other = self._operand(other)
         a, b = self._promoted(other)
+        if a.dtype.kind == "b":
+            raise NotImplementedError('"fmod" not implemented for \'Bool\' (as PyTorch); convert with .int()')
         check_broadcast("fmod", a.shape, b.shape)
         if a.dtype.kind in "biu":
             if np.any(b._data == 0):
@@ -806,9 +809,11 @@ class Tensor(Node):
     def copysign(self, other: Any) -> Tensor:
         """|self| with the sign of other (its sign bit: -0.0 counts as negative), as torch.copysign."""
         other = self._operand(other)
-        a = self if self.dtype.kind == "f" else self.astype(DEFAULT_FLOAT)
-        negative = Tensor._result(np.signbit(other._data), None)
-        return where(negative, -a.abs(), a.abs())
+        a, b = self._promoted(other)
+        if a.dtype.kind != "f":
+            a, b = a.astype(DEFAULT_FLOAT), b.astype(DEFAULT_FLOAT)
+        check_broadcast("copysign", a.shape, b.shape)
+        return Copysign.apply(a, b)
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
         """The entries (i, i + offset) of dims dim1, dim2, as a last dim (torch.diagonal). A copy here, not
