@@ -55,9 +55,7 @@ class LayerNorm(Module):
 
     def __init__(self, normalized_shape: int | tuple[int, ...], eps: float = 1e-5, elementwise_affine: bool = True,
                  bias: bool = True):
-        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-        for n in self.normalized_shape:
-            _size(n, "normalized_shape", "LayerNorm", minimum=1)
+        self.normalized_shape = _normalized_shape(normalized_shape, "LayerNorm")
         self.eps = eps
         self.weight = Parameter(np.ones(self.normalized_shape, np.float32)) if elementwise_affine else None
         self.bias = Parameter(np.zeros(self.normalized_shape, np.float32)) if elementwise_affine and bias else None
@@ -76,9 +74,7 @@ class RMSNorm(Module):
 
     def __init__(self, normalized_shape: int | tuple[int, ...], eps: float | None = None,
                  elementwise_affine: bool = True):
-        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-        for n in self.normalized_shape:
-            _size(n, "normalized_shape", "RMSNorm", minimum=1)
+        self.normalized_shape = _normalized_shape(normalized_shape, "RMSNorm")
         self.eps = eps
         self.weight = Parameter(np.ones(self.normalized_shape, np.float32)) if elementwise_affine else None
 
@@ -87,6 +83,13 @@ class RMSNorm(Module):
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.weight is not None}"
+
+
+def _normalized_shape(shape: Any, op: str) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    for n in shape:
+        _size(n, "normalized_shape", op, minimum=1)
+    return shape
 
 
 def _size(value: Any, name: str, op: str, minimum: int = 0) -> int:

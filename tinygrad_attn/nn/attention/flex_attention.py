@@ -122,32 +122,30 @@ def noop_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
     return Tensor(np.ones((), bool))
 
 
-def and_masks(*mask_mods: Callable) -> Callable:
-    """A mask_mod seeing a key only where every one of mask_mods does."""
+def _combined(mask_mods: tuple, op: str, every: bool) -> Callable:
+    """One mask_mod from several: the keys all of them see (every) or any of them sees."""
     if not all(callable(m) for m in mask_mods):
-        raise TypeError("and_masks: every argument must be a mask_mod function")
+        raise TypeError(f"{op}: every argument must be a mask_mod function")
 
-    def and_mask(b, h, q_idx, kv_idx):
-        result = Tensor(np.ones((), bool))
+    def combined(b, h, q_idx, kv_idx):
+        result = Tensor(np.full((), every))
         for mod in mask_mods:
-            result = result & mod(b, h, q_idx, kv_idx)
+            seen = mod(b, h, q_idx, kv_idx)
+            result = result & seen if every else result | seen
         return result
 
-    return and_mask
+    combined.__name__ = op
+    return combined
+
+
+def and_masks(*mask_mods: Callable) -> Callable:
+    """A mask_mod seeing a key only where every one of mask_mods does."""
+    return _combined(mask_mods, "and_masks", True)
 
 
 def or_masks(*mask_mods: Callable) -> Callable:
     """A mask_mod seeing a key where any one of mask_mods does."""
-    if not all(callable(m) for m in mask_mods):
-        raise TypeError("or_masks: every argument must be a mask_mod function")
-
-    def or_mask(b, h, q_idx, kv_idx):
-        result = Tensor(np.zeros((), bool))
-        for mod in mask_mods:
-            result = result | mod(b, h, q_idx, kv_idx)
-        return result
-
-    return or_mask
+    return _combined(mask_mods, "or_masks", False)
 
 
 def flex_attention(query: Tensor, key: Tensor, value: Tensor, score_mod: Callable | None = None,
