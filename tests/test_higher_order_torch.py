@@ -67,6 +67,12 @@ OPS = {
                     + F_of(m).logsigmoid(a) * F_of(m).selu(a), 1, None),
     "powers_gather_lerp": (lambda m, a, b: 2.0 ** a * (a * a + 0.5) ** b
                            + a.gather(1, m.tensor([[0, 0, 2, 1]] * 3)) * a.lerp(b, 0.25), 2, None),
+    "einsum_prod_cumprod": (lambda m, a, b: m.einsum("ij,kj->ik", a, b) ** 2 * a.prod(1, keepdim=True)
+                            + a.cumprod(0)[:, :3].sum() * b.logcumsumexp(1)[:, 1:], 2, None),
+    "fmod_copysign_diagonal": (lambda m, a, b: m.fmod(a * 3, b.abs() + 0.7) ** 2 + m.copysign(a, b) * a
+                               + m.diagonal(a[:, :3] * b[:, :3], 0).sum(), 2, None),
+    "scatter_reduce_pad": (lambda m, a, b: a.scatter_reduce(1, m.tensor([[0, 1, 1, 3]] * 3), b * b, "sum")
+                           * a + F_of(m).pad(a.reshape(1, 3, 4), (2, 1), mode="reflect")[0].sum() * a, 2, None),
 }
 
 
