@@ -281,3 +281,162 @@ def test_random_draws_have_pytorchs_shapes_dtypes_and_ranges(name):
         assert sorted(values.tolist()) == list(range(6))
     if name in ("randint", "multinomial"):
         assert values.min() >= 0 and values.max() < (5 if name == "randint" else 2)
+
+
+def _parity_texts() -> str:
+    """The test files that compare with PyTorch (they import it)."""
+    files = [p for p in TESTS.glob("test_*.py") if "torch_parity" in p.read_text()]
+    return "\n".join(p.read_text() for p in files)
+
+
+def test_every_name_of_every_row_appears_in_a_test_that_compares_with_pytorch():
+    """The table's other rows: each name must appear in a test file that compares with PyTorch (a name listed
+    without one fails here, the day it is listed)."""
+    import re
+
+    text = _parity_texts()
+    missing = [f"{row}: {name}" for row, names in _supported_names().items() if row != "this library's own"
+               for name in names if not re.search(r"\b" + re.escape(name.split(".")[-1]) + r"\b", text)]
+    assert not missing, f"listed in docs/api.md but compared with PyTorch nowhere: {missing}"
+
+
+@pytest.mark.torch_parity
+def test_autograd_and_func_names_equal_pytorchs():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(7).normal(size=3)
+    v = np.random.default_rng(8).normal(size=3)
+
+    def fn(lib):
+        return lambda t: (t.exp() * t.sin()).sum() if lib is torch else (t.exp() * t.sin()).sum()
+
+    for name in ("jacobian", "hessian"):
+        ours = getattr(ta.autograd.functional, name)(fn(ta), ta.tensor(x))
+        theirs = getattr(torch.autograd.functional, name)(fn(torch), torch.tensor(x))
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-10, err_msg=name)
+    for name in ("vjp", "jvp", "hvp", "vhp"):
+        needs_scalar_v = name in ("vjp",)
+        v_ours = ta.tensor(1.0, dtype=ta.float64) if needs_scalar_v else ta.tensor(v)
+        v_theirs = torch.tensor(1.0, dtype=torch.float64) if needs_scalar_v else torch.tensor(v)
+        ours = getattr(ta.autograd.functional, name)(fn(ta), ta.tensor(x), v_ours)
+        theirs = getattr(torch.autograd.functional, name)(fn(torch), torch.tensor(x), v_theirs)
+        for a, b in zip(ours, theirs):
+            np.testing.assert_allclose(np.asarray(a.numpy()), np.asarray(b.numpy()), rtol=1e-10, err_msg=name)
+    g_ours, value_ours = ta.func.grad_and_value(fn(ta))(ta.tensor(x))
+    g_theirs, value_theirs = torch.func.grad_and_value(fn(torch))(torch.tensor(x))
+    np.testing.assert_allclose(g_ours.numpy(), g_theirs.numpy(), rtol=1e-12)
+    assert np.isclose(value_ours.item(), value_theirs.item())
+    out_ours, back_ours = ta.func.vjp(lambda t: t * t, ta.tensor(x))
+    out_theirs, back_theirs = torch.func.vjp(lambda t: t * t, torch.tensor(x))
+    np.testing.assert_allclose(back_ours(ta.tensor(v))[0].numpy(), back_theirs(torch.tensor(v))[0].numpy())
+
+    results = []
+    for lib in (ta, torch):
+        class Cube(lib.autograd.Function):  # a user's Function, once_differentiable, a Variable, a hook handle
+            @staticmethod
+            @lib.autograd.function.once_differentiable
+            def backward(ctx, grad):
+                (t,) = ctx.saved_tensors
+                return grad * 3 * t * t
+
+            @staticmethod
+            def forward(ctx, t):
+                ctx.save_for_backward(t)
+                return t * t * t
+
+        t = lib.autograd.Variable(lib.tensor(x), requires_grad=True)
+        seen = []
+        handle = t.register_hook(lambda g, seen=seen: seen.append(1))
+        with lib.autograd.detect_anomaly():
+            Cube.apply(t).sum().backward()
+        handle.remove()
+        Cube.apply(t).sum().backward()
+        results.append((t.grad.numpy().copy(), len(seen), isinstance(handle, object)))
+        assert isinstance(Cube.apply(t).grad_fn, object)
+    np.testing.assert_allclose(results[0][0], results[1][0])
+    assert results[0][1:] == results[1][1:] == (1, True)
+    from torch.autograd.gradcheck import GradcheckError
+
+    assert issubclass(ta.autograd.GradcheckError, Exception) and issubclass(GradcheckError, Exception)
+    assert hasattr(ta.autograd.function, "FunctionCtx") and hasattr(torch.autograd.function, "FunctionCtx")
+    assert ta.Context is not None and ta.RemovableHandle is not None  # this library's names of the same objects
+
+
+TENSOR_METHODS = {
+    "scatter_add": lambda m, a: a.scatter_add(1, m.tensor([[0, 0], [1, 3], [2, 2]]), a[:, :2] * 2),
+    "detach_": lambda m, a: a.clone().detach_() * 2, "element_size": lambda m, a: m.tensor(a.element_size()),
+    "exp_": lambda m, a: a.clone().exp_(), "neg_": lambda m, a: a.clone().neg_(),
+    "pow_": lambda m, a: a.clone().pow_(2), "sqrt_": lambda m, a: a.abs().clone().sqrt_(),
+    "relu_": lambda m, a: a.clone().relu_(), "reciprocal": lambda m, a: (a + 3).reciprocal(),
+    "index_fill": lambda m, a: a.index_fill(1, m.tensor([0, 2]), -1.0), "nelement": lambda m, a: m.tensor(
+        a.nelement()), "type_as": lambda m, a: m.tensor([1, 2]).type_as(a),
+    "is_cuda": lambda m, a: m.tensor(a.is_cuda), "grad_fn": lambda m, a: m.tensor((a * 2).grad_fn is not None),
+    "requires_grad_": lambda m, a: m.tensor(a.detach().requires_grad_().requires_grad),
+    "retains_grad": lambda m, a: m.tensor(a.retains_grad),
+}
+MODULES = {
+    "Dropout": lambda m, a: m.nn.Dropout(0.5).eval()(a), "ReLU": lambda m, a: m.nn.ReLU()(a),
+    "NLLLoss": lambda m, a: m.nn.NLLLoss()(m.log_softmax(a, 1), m.tensor([0, 3, 1])),
+    "MSELoss": lambda m, a: m.nn.MSELoss()(a, a.flip(0)), "L1Loss": lambda m, a: m.nn.L1Loss()(a, a * 0.5),
+    "BCELoss": lambda m, a: m.nn.BCELoss()(a.sigmoid(), (a > 0).to(a.dtype)),
+    "BCEWithLogitsLoss": lambda m, a: m.nn.BCEWithLogitsLoss()(a, (a > 0).to(a.dtype)),
+    "normalize": lambda m, a: m.nn.functional.normalize(a, dim=1),
+    "calculate_gain": lambda m, a: m.tensor(m.nn.init.calculate_gain("leaky_relu", 0.2)),
+}
+
+
+@pytest.mark.torch_parity
+@pytest.mark.parametrize("name", sorted(TENSOR_METHODS) + sorted(MODULES))
+def test_tensor_methods_modules_and_helpers_equal_pytorchs(name):
+    torch = pytest.importorskip("torch")
+    array = np.random.default_rng(9).normal(size=(3, 4))
+    fn = TENSOR_METHODS.get(name) or MODULES[name]
+    results = []
+    for m in (ta, torch):
+        a = m.tensor(array, requires_grad=name not in ("detach_", "exp_", "neg_", "pow_", "sqrt_", "relu_"))
+        out = fn(m, a)
+        grad = None
+        if out.requires_grad:
+            (out * m.tensor(np.arange(out.numel(), dtype=np.float64).reshape(tuple(out.shape)))).sum().backward()
+            grad = a.grad.numpy()
+        results.append((out, grad))
+    (ours, our_grad), (theirs, their_grad) = results
+    _same(ours, theirs, name)
+    if our_grad is not None or their_grad is not None:
+        np.testing.assert_allclose(our_grad, their_grad, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.torch_parity
+def test_init_base_classes_and_datasets_as_pytorchs():
+    torch = pytest.importorskip("torch")
+    for lib in (ta, torch):
+        w = lib.empty(200, 300)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lib.nn.init.xavier_normal(w)  # the deprecated alias, as programs still call it
+        assert abs(float(w.std()) - (2.0 / 500) ** 0.5) < 0.005
+        lib.nn.init.kaiming_uniform(w, a=0.0)
+        bound = (6.0 / 300) ** 0.5
+        assert float(w.abs().max()) <= bound and float(w.abs().max()) > 0.9 * bound
+        parameter = lib.nn.Parameter(lib.zeros(2))
+        sgd = lib.optim.SGD([parameter], lr=0.1)
+        assert isinstance(sgd, lib.optim.Optimizer)
+        assert isinstance(lib.optim.lr_scheduler.StepLR(sgd, 2), lib.optim.lr_scheduler.LRScheduler)
+        data = lib.utils.data
+        joined = data.ConcatDataset([data.TensorDataset(lib.arange(3)), data.TensorDataset(lib.arange(10, 12))])
+        assert len(joined) == 5 and int(joined[3][0]) == 10 and int(joined[-1][0]) == 11
+        assert isinstance(data.SequentialSampler(range(3)), data.Sampler)
+        assert [int(x[0]) for x in data.Subset(joined, [4, 0])] == [11, 0]
+        assert list(data.BatchSampler(range(5), 2, drop_last=False)) == [[0, 1], [2, 3], [4]]
+        model = lib.nn.Sequential(lib.nn.Linear(2, 3), lib.nn.ReLU())
+        assert [k for k, _ in model.named_parameters()] == ["0.weight", "0.bias"]
+        assert str(lib.zeros(1, dtype=lib.short).dtype).split(".")[-1] == "int16"
+    from torch.nn.attention.flex_attention import BlockMask as TorchBlockMask
+    from torch.nn.attention.flex_attention import create_block_mask as torch_block_mask
+    from torch.nn.attention.flex_attention import noop_mask as torch_noop
+
+    from tinygrad_attn.nn.attention.flex_attention import BlockMask, create_block_mask, noop_mask
+
+    ours, theirs = create_block_mask(noop_mask, None, None, 4, 4), torch_block_mask(torch_noop, None, None, 4, 4,
+                                                                                    device="cpu")
+    assert isinstance(ours, BlockMask) and isinstance(theirs, TorchBlockMask)
+    assert ours.to_dense().numpy().tolist() == theirs.to_dense().numpy().tolist() == [[[[1]]]]
