@@ -306,8 +306,8 @@ def test_autograd_and_func_names_equal_pytorchs():
     x = np.random.default_rng(7).normal(size=3)
     v = np.random.default_rng(8).normal(size=3)
 
-    def fn(lib):
-        return lambda t: (t.exp() * t.sin()).sum() if lib is torch else (t.exp() * t.sin()).sum()
+    def fn(lib):  # the same code for both libraries
+        return lambda t: (t.exp() * t.sin()).sum()
 
     for name in ("jacobian", "hessian"):
         ours = getattr(ta.autograd.functional, name)(fn(ta), ta.tensor(x))
@@ -350,10 +350,9 @@ def test_autograd_and_func_names_equal_pytorchs():
             Cube.apply(t).sum().backward()
         handle.remove()
         Cube.apply(t).sum().backward()
-        results.append((t.grad.numpy().copy(), len(seen), isinstance(handle, object)))
-        assert isinstance(Cube.apply(t).grad_fn, object)
+        results.append((t.grad.numpy().copy(), len(seen), Cube.apply(t).grad_fn is not None))
     np.testing.assert_allclose(results[0][0], results[1][0])
-    assert results[0][1:] == results[1][1:] == (1, True)
+    assert results[0][1:] == results[1][1:] == (1, True)  # the hook ran once: removed before the second
     from torch.autograd.gradcheck import GradcheckError
 
     assert issubclass(ta.autograd.GradcheckError, Exception) and issubclass(GradcheckError, Exception)
