@@ -359,7 +359,7 @@ def test_no_python_runs_inside_attentions_parallel_work(monkeypatch):
     the GIL until the deadline. numba's launcher itself takes the GIL for a moment at every launch (its
     gufunc wrapper), so the GIL is held only once the parts are under way; the worker thread makes one call
     first, in which numba sets up that thread's team."""
-    from tinygrad_attn.kernels import flash, layout
+    from tinygrad_attn.kernels import flash, layout, modifiers, visibility
 
     if not parallel._numba_ready():
         pytest.skip("numba has no threading layer that several Python threads may call here")
@@ -367,10 +367,13 @@ def test_no_python_runs_inside_attentions_parallel_work(monkeypatch):
     rng = np.random.default_rng(0)
     q, k, v = (rng.normal(size=(1, 4, 2048, 32)).astype(np.float32) for _ in range(3))
     tile = layout.tile_shape(2048, 2048, 32)
-    plan = layout.forward_plan(4, 2048, 2048, True, tile, 2)
+    grid = visibility.tile_grid(*visibility.band(True), 2048, 2048, tile)
+    plan = layout.forward_plan((1, 4), grid, tile, 2048, 2048, 2)
     out, lse = np.empty_like(q), np.full((1, 4, 2048), np.nan, np.float32)
-    args = (q, k, v, np.zeros((1, 1, 1, 1), np.float32), False, np.float32(0.2), True, *tile, out, lse,
-            flash.gemm_for(q.dtype), *plan)
+    variant = (visibility.describe(*visibility.band(True), 1, False, False, False, tile), np.float32(0.2),
+               np.broadcast_to(np.zeros((1, 1, 1, 1), np.float32), (1, 4, 2048, 2048)), grid, np.zeros(1),
+               np.zeros((2, 2)), modifiers.unmodified(np.float32))
+    args = (q, k, v, variant, out, lse, flash.gemm_for(q.dtype), *plan)
     kernel = parallel.any_layout(flash._forward_parallel)
     kernel(*args)  # compiled before the clock starts
     ready, go, done = threading.Event(), threading.Event(), []

@@ -107,6 +107,9 @@ def test_the_kv_cache_holds_kv_heads_and_continues_exactly_with_every_variant():
     np.testing.assert_allclose(np.concatenate(parts, 1), full, atol=1e-5)
     stored = cache._store[model.layers[0].self_attn]["keys"]
     assert stored.shape[:2] == (2, 2)  # (B, kv heads): the cache stores kv heads, not query heads
+    windowed, full_layer = (cache._store[layer.self_attn] for layer in model.layers)
+    assert windowed["n"] == full_layer["n"] == 10  # positions seen: every one, for the rotary angles
+    assert windowed["n"] - windowed["dropped"] == 3 and full_layer["dropped"] == 0  # held: a window's worth
     np.testing.assert_array_equal(model.generate(tokens[:, :3], 14, top_k=1),
                                   model.generate(tokens[:, :3], 14, top_k=1, use_cache=False))
 

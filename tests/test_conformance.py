@@ -92,6 +92,7 @@ CHECKED_ELSEWHERE = {  # test files that compare these with PyTorch themselves
     "test_pytorch_semantics.py": ["manual_seed", "no_grad", "enable_grad", "set_grad_enabled",
                                   "is_grad_enabled", "inference_mode", "device", "cuda"],
     "test_pytorch_breadth.py": ["compile", "backends"],
+    "test_complex_rope.py": ["polar", "view_as_complex", "view_as_real", "complex"],
 }
 
 

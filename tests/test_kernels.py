@@ -16,7 +16,7 @@ from numba import njit
 
 import tinygrad_attn as ta
 from tinygrad_attn import functional as F
-from tinygrad_attn.kernels import blas, flash, layout, parallel, tiles, vector
+from tinygrad_attn.kernels import blas, flash, layout, parallel, tiles, vector, visibility
 from tinygrad_attn.kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward, cross_entropy_reference
 from tinygrad_attn.kernels.embedding import scatter_add_rows, scatter_add_rows_reference
 from tinygrad_attn.kernels.gelu import gelu_backward, gelu_forward, gelu_reference
@@ -565,35 +565,40 @@ def test_row_max_is_numpy_max_of_the_prefix(dtype, bk, seed):
     scores = rng.normal(size=(3, bk)).astype(dtype)
     scores[rng.random(scores.shape) < 0.2] = -np.inf
     scores[1, rng.integers(bk)] = np.nan
-    for i, limit in [(i, limit) for i in range(3) for limit in range(bk + 1)]:
+    for i, first, limit in [(i, f, stop) for i in range(3) for stop in range(bk + 1) for f in (0, stop // 2)]:
         for start in (-np.inf, 0.5, np.nan):
-            got = tiles.row_max(scores, i, limit, dtype(start))
-            want = np.max(np.concatenate([[start], scores[i, :limit]]).astype(dtype))
+            got = tiles.row_max(scores, i, first, limit, dtype(start))
+            want = np.max(np.concatenate([[start], scores[i, first:limit]]).astype(dtype))
             np.testing.assert_array_equal(got, want)
 
 
-def _tile_probs_reference(scores, q_start, k_start, causal, shift=None):
-    """Each row's visible prefix (the causal rule of tiles.visible_keys): P = softmax, or exp(S - shift) given
-    the row's lse; 0 where hidden or where nothing is seen. Returns P and each row's max."""
+U = visibility.UNBOUNDED
+BANDS = [(-U, U), (-U, 0), (-2, 0), (-3, 1), (0, U)]  # full, causal, windows, the keys from the query on
+
+
+def _tile_probs_reference(scores, q_start, k_start, band, shift=None):
+    """Each row's visible keys (the band of visibility.py: key c seen by query q when q + lo <= c <= q + hi,
+    written out here entry by entry): P = softmax, or exp(S - shift) given the row's lse; 0 where hidden or
+    where nothing is seen. Returns P and each row's max."""
     bq, bk = scores.shape
     probs, maxima = np.zeros_like(scores), np.full(bq, -np.inf, scores.dtype)
     for i in range(bq):
-        limit = max(min(bk, q_start + i - k_start + 1), 0) if causal else bk
-        row = scores[i, :limit]
+        seen = np.array([q_start + i + band[0] <= k_start + j <= q_start + i + band[1] for j in range(bk)], bool)
+        row = scores[i, seen]
         m = np.max(row, initial=-np.inf)
         s = m if shift is None else shift[i]
         maxima[i] = m
-        if limit and s != -np.inf:
+        if seen.any() and s != -np.inf:
             e = np.exp(row - s)
-            probs[i, :limit] = e if shift is not None else e / e.sum()
+            probs[i, seen] = e if shift is not None else e / e.sum()
     return probs, maxima
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("keys", [(1, 20), (60, 140)])  # a tile's keys: few, and past a 512-bit vector's multiples
 @given(data=st.data(), bq=st.integers(1, 5), starts=st.sampled_from([(0, 0), (3, 0), (0, 2), (70, 5)]),
-       causal=st.booleans(), seed=st.integers(0, 2**16))
-def test_online_softmax_and_probs_match_numpy_on_short_and_long_rows(dtype, keys, data, bq, starts, causal, seed):
+       band=st.sampled_from(BANDS), seed=st.integers(0, 2**16))
+def test_online_softmax_and_probs_match_numpy_on_short_and_long_rows(dtype, keys, data, bq, starts, band, seed):
     """online_softmax over a row's keys in one tile and in two, and exp_shifted by lse, against numpy on rows
     of few and of many keys (each row one vectorised loop over its keys), with masked (-inf)
     scores, a row with nothing visible, and a NaN."""
@@ -603,38 +608,38 @@ def test_online_softmax_and_probs_match_numpy_on_short_and_long_rows(dtype, keys
     scores[rng.random(scores.shape) < 0.2] = -np.inf
     scores[0] = -np.inf  # nothing to attend to
     scores[bq - 1, rng.integers(bk)] = np.nan  # NaN in the row when it is visible
-    want, want_max = _tile_probs_reference(scores, *starts, causal)
+    want, want_max = _tile_probs_reference(scores, *starts, band)
     got, m, l, alpha = scores.copy(), np.full(bq, -np.inf, dtype), np.zeros(bq, dtype), np.empty(bq, dtype)
-    tiles.online_softmax(got, bk, m, l, alpha, *starts, causal, False)  # from nothing seen: P = exp(S - m), l its sum
+    tiles.online_softmax(got, bk, m, l, alpha, *starts, *band, False)  # from nothing seen: P = exp(S - m), l its sum
     with np.errstate(divide="ignore", invalid="ignore"):
         np.testing.assert_allclose(np.where(got != 0, got / l[:, None], got), want, **tol(dtype))
         lse = np.where(l > 0, m + np.log(l), np.where(np.isnan(l), np.nan, -np.inf)).astype(dtype)
     np.testing.assert_array_equal(m, want_max)
     last, m1, l1 = scores.copy(), np.full(bq, -np.inf, dtype), np.zeros(bq, dtype)
-    tiles.online_softmax(last, bk, m1, l1, alpha, *starts, causal, True)  # the only tile is the last: P / l
+    tiles.online_softmax(last, bk, m1, l1, alpha, *starts, *band, True)  # the only tile is the last: P / l
     want_last = np.where(np.isnan(l)[:, None], np.nan, want)  # divided by a NaN sum, a NaN row is NaN throughout
     np.testing.assert_allclose(last, want_last, **tol(dtype))
     half = bk // 2  # the same row in two key tiles: the running max and sum end where one tile's do
     m2, l2 = np.full(bq, -np.inf, dtype), np.zeros(bq, dtype)
     first, second = scores[:, :half].copy(), scores[:, half:].copy()
-    tiles.online_softmax(first, half, m2, l2, alpha, starts[0], starts[1], causal, False)
-    tiles.online_softmax(second, bk - half, m2, l2, alpha, starts[0], starts[1] + half, causal, True)
+    tiles.online_softmax(first, half, m2, l2, alpha, starts[0], starts[1], *band, False)
+    tiles.online_softmax(second, bk - half, m2, l2, alpha, starts[0], starts[1] + half, *band, True)
     np.testing.assert_array_equal(m2, m)
     np.testing.assert_allclose(l2, l, **tol(dtype))
     seen = np.isfinite(m)  # P alpha of the first tile, P of the last: the softmax (NaN rows: NaN anyway)
     np.testing.assert_allclose((first * alpha[:, None])[seen], want[seen, :half], **tol(dtype))
     np.testing.assert_allclose(second, want_last[:, half:], **tol(dtype))
-    want_p, _ = _tile_probs_reference(scores, *starts, causal, shift=lse)
+    want_p, _ = _tile_probs_reference(scores, *starts, band, shift=lse)
     got_p = scores.copy()
-    tiles.exp_shifted(got_p, bk, lse, *starts, causal)
+    tiles.exp_shifted(got_p, bk, lse, *starts, *band)
     np.testing.assert_allclose(got_p, want_p, **tol(dtype))
     np.testing.assert_allclose(got_p, want, **tol(dtype))  # exp(S - lse) is the softmax again
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@given(bq=st.integers(1, 5), n=st.integers(0, 20), extra=st.integers(1, 20), causal=st.booleans(),
+@given(bq=st.integers(1, 5), n=st.integers(0, 20), extra=st.integers(1, 20), band=st.sampled_from(BANDS),
        seed=st.integers(0, 2**16))
-def test_tile_kernels_read_and_write_only_the_tiles_columns(dtype, bq, n, extra, causal, seed):
+def test_tile_kernels_read_and_write_only_the_tiles_columns(dtype, bq, n, extra, band, seed):
     """A tile in the first n columns of wider rows (the last, narrower key tile in the scratch buffer): the
     same results as on rows exactly n wide, and the columns past n, NaN here, neither read nor written."""
     rng = np.random.default_rng(seed)
@@ -645,8 +650,8 @@ def test_tile_kernels_read_and_write_only_the_tiles_columns(dtype, bq, n, extra,
         s, dp = np.full((bq, width), np.nan, dtype), np.full((bq, width), np.nan, dtype)
         s[:, :n], dp[:, :n] = scores, grads
         p, m, l, alpha = s.copy(), np.full(bq, -np.inf, dtype), np.zeros(bq, dtype), np.empty(bq, dtype)
-        tiles.online_softmax(s, n, m, l, alpha, 2, 0, causal, True)
-        tiles.exp_shifted(p, n, m + np.log(l, where=l > 0, out=np.full(bq, -np.inf, dtype)), 2, 0, causal)
+        tiles.online_softmax(s, n, m, l, alpha, 2, 0, *band, True)
+        tiles.exp_shifted(p, n, m + np.log(l, where=l > 0, out=np.full(bq, -np.inf, dtype)), 2, 0, *band)
         tiles.score_gradient(s, dp, n, delta, scale)
         return s, p, dp, m, l, alpha
 
@@ -704,33 +709,73 @@ def test_packed_self_attention_rejects_other_shapes():
         F.packed_self_attention(ta.Tensor(np.zeros((2, 5, 2, 4))))
 
 
+def _seen(tq, tk, band, r0, r1, c0, c1):
+    """Whether some query of [r0, r1) sees some key of [c0, c1) under the band, entry by entry."""
+    i, j = np.arange(r0, r1)[:, None], np.arange(c0, c1)[None, :]
+    return bool(((j >= i + band[0]) & (j <= i + band[1])).any())
+
+
 @given(tq=st.integers(0, 40), tk=st.integers(0, 40), bq=st.integers(1, 8), bk=st.integers(1, 8),
-       causal=st.booleans(), n=st.integers(1, 6))
-def test_key_ranges_cover_the_keys_in_whole_tiles_with_about_equal_work(tq, tk, bq, bk, causal, n):
+       band=st.sampled_from(BANDS), n=st.integers(1, 6))
+def test_key_ranges_cover_the_keys_in_whole_tiles_with_about_equal_work(tq, tk, bq, bk, band, n):
     tile = (bq, bk)
-    edges = layout.key_ranges(tq, tk, causal, tile, n)
+    per_tile = np.array([_backward_work(tq, tk, band, tile, c, min(c + bk, tk)) for c in range(0, tk, bk)])
+    edges = layout.key_ranges(per_tile, tk, bk, n)
     ranges = list(zip(edges[:-1], edges[1:]))
     assert 1 <= len(ranges) <= max(1, min(n, -(-tk // bk))) and edges[0] == 0 and edges[-1] == tk
     assert all(lo < hi for lo, hi in ranges) or tk == 0
     assert all(lo % bk == 0 for lo, _ in ranges)
-    work = [_backward_work(tq, tk, causal, tile, lo, hi) for lo, hi in ranges]
-    heaviest_tile = max((_backward_work(tq, tk, causal, tile, c, min(c + bk, tk)) for c in range(0, tk, bk)), default=0)
+    work = [_backward_work(tq, tk, band, tile, lo, hi) for lo, hi in ranges]
+    heaviest_tile = max(per_tile, default=0)
     assert all(w <= sum(work) / len(ranges) + heaviest_tile for w in work)  # no range a tile over its share
 
 
-def _forward_work(tq, tk, causal, tile, block):
-    """Score entries the forward computes for one query block: its rows times the keys of every tile it
-    visits (flash.attend_query_blocks's loops, counted)."""
+@given(tq=st.integers(0, 30), tk=st.integers(0, 30), bq=st.integers(1, 7), bk=st.integers(1, 7),
+       band=st.sampled_from(BANDS + [(-1, 1), (2, 5), (-9, -4)]), data=st.data())
+def test_tile_grid_keeps_exactly_the_tiles_some_query_sees(tq, tk, bq, bk, band, data):
+    """visibility.tile_grid against the band entry by entry: EMPTY where no query of the block sees a key of
+    the tile, FULL where every query sees every key, PARTIAL otherwise; with a block mask's cells (blocks
+    of other sizes than the tiles) an EMPTY cell hides its entries and a tile is FULL only if all its cells are."""
+    grid = visibility.tile_grid(*band, tq, tk, (bq, bk))
+    for t in range(-(-tq // bq)):
+        for u in range(-(-tk // bk)):
+            r0, r1, c0, c1 = t * bq, min(t * bq + bq, tq), u * bk, min(u * bk + bk, tk)
+            i, j = np.arange(r0, r1)[:, None], np.arange(c0, c1)[None, :]
+            inside = (j >= i + band[0]) & (j <= i + band[1])
+            want = visibility.FULL if inside.all() else visibility.PARTIAL if inside.any() else visibility.EMPTY
+            assert grid[0, 0, t, u] == want
+    if tq == 0 or tk == 0:
+        return
+    sizes = data.draw(st.tuples(st.integers(1, 9), st.integers(1, 9)))
+    cells = data.draw(st.lists(st.integers(0, 2), min_size=1, max_size=1))[0]
+    nq, nk = -(-tq // sizes[0]), -(-tk // sizes[1])
+    blocks = np.random.default_rng(cells).integers(0, 3, size=(1, 2, nq, nk)).astype(np.int8)
+    masked = visibility.tile_grid(*band, tq, tk, (bq, bk), blocks, sizes)
+    for h in range(2):
+        for t in range(-(-tq // bq)):
+            for u in range(-(-tk // bk)):
+                covered = blocks[0, h, t * bq // sizes[0]:(min(t * bq + bq, tq) - 1) // sizes[0] + 1,
+                                 u * bk // sizes[1]:(min(u * bk + bk, tk) - 1) // sizes[1] + 1]
+                alone = grid[0, 0, t, u]
+                want = (visibility.EMPTY if alone == visibility.EMPTY or (covered == 0).all() else
+                        alone if (covered == 2).all() else visibility.PARTIAL)
+                assert masked[0, h, t, u] == want
+
+
+def _forward_work(tq, tk, band, tile, block):
+    """Score entries the forward computes for one query block: its rows times the keys of every tile in
+    which some row sees some key (the tiles attend_query_blocks does not skip), counted entry by entry."""
     r0, r1 = block * tile[0], min(block * tile[0] + tile[0], tq)
-    key_stop = min(tk, r1) if causal else tk
-    return sum((r1 - r0) * (min(c0 + tile[1], key_stop) - c0) for c0 in range(0, key_stop, tile[1]))
+    return sum((r1 - r0) * (min(c0 + tile[1], tk) - c0) for c0 in range(0, tk, tile[1])
+               if _seen(tq, tk, band, r0, r1, c0, min(c0 + tile[1], tk)))
 
 
-def _backward_work(tq, tk, causal, tile, lo, hi):
-    """Score entries the backward computes for the keys [lo, hi) (flash.backward_key_ranges's loops, counted)."""
-    first = lambda c0: (c0 // tile[0]) * tile[0] if causal else 0  # noqa: E731  (the block holding key c0)
+def _backward_work(tq, tk, band, tile, lo, hi):
+    """Score entries the backward computes for the keys [lo, hi): the (query block, key tile) pairs in which
+    some query sees some key."""
     return sum((min(r0 + tile[0], tq) - r0) * (min(c0 + tile[1], tk) - c0)
-               for c0 in range(lo, hi, tile[1]) for r0 in range(first(c0), tq, tile[0]))
+               for c0 in range(lo, hi, tile[1]) for r0 in range(0, tq, tile[0])
+               if _seen(tq, tk, band, r0, min(r0 + tile[0], tq), c0, min(c0 + tile[1], tk)))
 
 
 # (groups = batch x heads, T, d): the four shapes of benchmarks/bench_attention.py, then the toy tasks'.
@@ -740,21 +785,24 @@ PLAN_SHAPES = [(32 * 4, 32, 16), (8 * 8, 256, 32), (4 * 8, 1024, 64), (1 * 8, 40
 
 @pytest.mark.parametrize("groups, t, d", PLAN_SHAPES)
 @pytest.mark.parametrize("n", [1, 2, 4, 8, 16, 32])
-@pytest.mark.parametrize("causal", [True, False])
-def test_attention_work_is_shared_evenly_among_many_threads(groups, t, d, n, causal):
+@pytest.mark.parametrize("band", [(-U, U), (-U, 0), (-255, 0)])  # full, causal, a sliding window of 256
+def test_attention_work_is_shared_evenly_among_many_threads(groups, t, d, n, band):
     """The work plans for n threads: every item once, and no thread with more than 1.15 times the mean
-    work, counted from the kernels' own loops, in the forward and the backward."""
+    work, counted entry by entry from the band, in the forward and the backward."""
     tile = layout.tile_shape(t, t, d)
-    bounds, items = layout.forward_plan(groups, t, t, causal, tile, n)
+    grid = visibility.tile_grid(*band, t, t, tile)
+    lead = (1, groups)
+    bounds, items = layout.forward_plan(lead, grid, tile, t, t, n)
     assert sorted(items) == list(range(groups * -(-t // tile[0]))) and len(bounds) - 1 == min(n, len(items))
     blocks = -(-t // tile[0])
-    loads = [sum(_forward_work(t, t, causal, tile, i % blocks) for i in items[a:b]) for a, b in zip(bounds, bounds[1:])]
+    per_block = [_forward_work(t, t, band, tile, b) for b in range(blocks)]
+    loads = [sum(per_block[i % blocks] for i in items[a:b]) for a, b in zip(bounds, bounds[1:])]
     assert max(loads) <= 1.15 * np.mean(loads)
-    edges, (bounds, items) = layout.backward_plan(groups, t, t, causal, tile, n)
+    edges, (bounds, items) = layout.backward_plan(lead, grid, tile, t, t, n)
     ranges = len(edges) - 1
     assert sorted(items) == list(range(groups * ranges))
-    loads = [sum(_backward_work(t, t, causal, tile, edges[i % ranges], edges[i % ranges + 1]) for i in items[a:b])
-             for a, b in zip(bounds, bounds[1:])]
+    per_range = [_backward_work(t, t, band, tile, edges[r], edges[r + 1]) for r in range(ranges)]
+    loads = [sum(per_range[i % ranges] for i in items[a:b]) for a, b in zip(bounds, bounds[1:])]
     assert max(loads) <= 1.15 * np.mean(loads)
 
 

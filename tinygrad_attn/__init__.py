@@ -29,6 +29,7 @@ from . import (
     viz,
 )
 from .autograd import GradcheckError, gradcheck, gradgradcheck
+from .complex_tensor import ComplexTensor, complex, polar, view_as_complex, view_as_real
 from .creation import (
     arange,
     as_tensor,
@@ -262,4 +263,4 @@ __all__ = ["amp", "compile", "distributed", "acos", "acosh", "asin", "asinh", "a
            "sdpa_kernel", "seed", "set_grad_enabled", "set_num_threads", "short", "sigmoid", "sin", "softmax",
            "sort", "split", "sqrt", "square", "squeeze", "stack", "std", "sum", "tanh", "tasks", "tensor", "topk",
            "trace_backward", "transpose", "tril", "triu", "uint8", "unique", "unsqueeze", "utils", "var", "viz",
-           "where", "zeros", "zeros_like"]
+           "where", "zeros", "zeros_like", "ComplexTensor", "complex", "polar", "view_as_complex", "view_as_real"]

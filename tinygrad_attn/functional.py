@@ -34,6 +34,8 @@ from .fused import (
     log_softmax,
     softmax,
 )
+from .kernels.flash import Variant
+from .kernels.visibility import UNBOUNDED
 from .losses import cross_entropy
 from .memory import check_fits
 from .tensor import Tensor
@@ -256,15 +258,40 @@ def _additive(mask: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
     return np.where(mask, dtype.type(0), dtype.type(-np.inf))
 
 
-def _grouped(q: Tensor, k: Tensor, v: Tensor, op: str) -> tuple[Tensor, Tensor]:
-    """Grouped-query attention's k and v (..., Hkv, T, d) repeated to q's Hq heads, each kv head serving
-    Hq / Hkv consecutive query heads (PyTorch's rule); the gradient of a repeat sums over the group."""
+def _group(q: Tensor, k: Tensor, v: Tensor, op: str) -> int:
+    """Grouped-query attention: how many of q's Hq heads each of k and v's Hkv heads (dim -3) serves."""
     hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
     if hk != hv or hk == 0 or hq % hk:
         raise ValueError(f"{op}: with enable_gqa, k and v need the same number of heads (dim -3), a divisor of "
                          f"q's; got q {q.shape}, k {k.shape}, v {v.shape}")
-    group = hq // hk
+    return hq // hk
+
+
+def _kv_lead(shape: tuple[int, ...], group: int) -> tuple[int, ...]:
+    """q's leading dims as k and v have them: the head dim (-3) divided by the group."""
+    lead = shape[:-2]
+    return lead if group == 1 else lead[:-1] + (lead[-1] // group,)
+
+
+def _grouped(q: Tensor, k: Tensor, v: Tensor, group: int) -> tuple[Tensor, Tensor]:
+    """k and v (..., Hkv, T, d) repeated to q's Hq heads, each kv head serving `group` consecutive query
+    heads (PyTorch's rule), for the math path; the gradient of a repeat sums over the group."""
     return k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, variant: Variant, mask: Any = None, scale: float | None = None,
+              captured: tuple[Tensor, ...] = ()) -> Tensor:
+    """softmax(q k^T * scale + mask) v under a variant (kernels/flash.py's Variant: a band, grouped kv heads,
+    a block mask, a compiled modifier reading the `captured` tensors), for q (..., H, Tq, d), k and v
+    (..., H / variant.group, Tk, d): the flash kernel, which skips the tiles nothing sees, or the math path
+    (see `sdpa_kernel`), which builds the (Tq, Tk) scores. The attention layers' one entry for variants."""
+    scale = _scale(scale, q.shape[-1], "attention")
+    mask = _attention_mask(mask, q.shape[:-1] + (k.shape[-2],))
+    if _choose_kernel(False, "attention") == "flash":
+        return FlashAttention.apply(q, k, v, *captured, scale=scale, variant=variant, bias=_additive(mask, q.dtype))
+    if variant.group > 1:
+        k, v = _grouped(q, k, v, variant.group)
+    return attention_weights(q, k, mask, False, scale, variant, captured) @ v  # (..., Tq, dv)
 
 
 def scaled_dot_product_attention(
@@ -296,12 +323,13 @@ def scaled_dot_product_attention(
     q, k, v = (float_tensor(t, "scaled_dot_product_attention", n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
     if not isinstance(enable_gqa, (bool, np.bool_)):
         raise TypeError(f"scaled_dot_product_attention: enable_gqa must be a bool, got {enable_gqa!r:.40}")
+    group = 1
     if enable_gqa and q.ndim >= 3 and k.ndim >= 3 and v.ndim >= 3 and k.shape[-3] != q.shape[-3]:
-        k, v = _grouped(q, k, v, "scaled_dot_product_attention")
+        group = _group(q, k, v, "scaled_dot_product_attention")
     if len({q.dtype, k.dtype, v.dtype}) > 1:
         raise TypeError(f"scaled_dot_product_attention: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, "
                         f"{v.dtype}")
-    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or len({q.shape[:-2], k.shape[:-2], v.shape[:-2]}) != 1:
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or len({_kv_lead(q.shape, group), k.shape[:-2], v.shape[:-2]}) != 1:
         raise ValueError(
             f"scaled_dot_product_attention: q, k, v need the same leading dims, got {q.shape}, {k.shape}, {v.shape}"
         )
@@ -317,7 +345,10 @@ def scaled_dot_product_attention(
     mask = mask if learned else checked
     kernel = _choose_kernel(return_weights or dropout_p > 0.0 or learned, "scaled_dot_product_attention")
     if kernel == "flash":
-        return FlashAttention.apply(q, k, v, scale=scale, causal=is_causal, bias=_additive(mask, q.dtype))
+        variant = Variant.causal(is_causal) if group == 1 else Variant(hi=0 if is_causal else UNBOUNDED, group=group)
+        return FlashAttention.apply(q, k, v, scale=scale, variant=variant, bias=_additive(mask, q.dtype))
+    if group > 1:
+        k, v = _grouped(q, k, v, group)
     out, weights = attention_math(q, k, v, mask, is_causal, dropout_p, scale)
     return (out, weights) if return_weights else out
 
@@ -336,7 +367,8 @@ def packed_self_attention(qkv: Tensor, mask: Any = None, is_causal: bool = False
     scale = _scale(scale, d, "packed_self_attention")
     mask = _attention_mask(mask, (*lead, heads, t, t))
     if _choose_kernel(False, "packed_self_attention") == "flash":
-        return FlashAttention.apply(qkv, scale=scale, causal=is_causal, bias=_additive(mask, qkv.dtype))
+        variant = Variant.causal(is_causal)
+        return FlashAttention.apply(qkv, scale=scale, variant=variant, bias=_additive(mask, qkv.dtype))
     q, k, v = (qkv[..., i, :, :].transpose(-3, -2) for i in range(3))  # (..., H, T, d)
     out, _ = attention_math(q, k, v, mask, is_causal, 0.0, scale)
     return out.transpose(-3, -2)  # (..., T, H, d)

@@ -13,6 +13,7 @@ This module uses tensors only through their methods and ops' rules, so tensor.py
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from .kernels.layout import as_group_grid, grid_bias
 from .kernels.parallel import column_sums, row_split_matmul
 from .kernels.rmsnorm import rms_norm_backward, rms_norm_forward
 from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
+from .kernels.visibility import UNBOUNDED
 from .ops import Cat, Erf, GetItem, Permute, Where, rows_of
 
 _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
@@ -305,23 +307,28 @@ class EmbeddingLookup(Function):
 
 
 class FlashAttention(Function):
-    """softmax(q k^T * scale + bias, causal) v, fused: one node, the (Tq, Tk) matrix never built.
+    """softmax(q k^T * scale + bias) v under a `variant` (kernels/flash.py's Variant: causal, windows,
+    grouped-query heads, a block mask, a compiled score modifier), fused: one node, the (Tq, Tk) matrix never
+    built, the tiles nothing sees skipped.
 
-    Inputs are q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv), or one packed qkv (..., T, 3, H, d) from a
-    packed projection (self-attention), read as q = qkv[..., 0, :, :] moved to (..., H, T, d), likewise k
-    and v; its output is then (..., T, H, d), so merging the heads is a free reshape, and its gradient one
-    packed array, so the projection's backward stays one matmul.
+    Inputs are q (..., Tq, d), k (..., Hkv, Tk, d), v (..., Hkv, Tk, dv) (Hkv = H / variant.group) then the
+    tensors the variant's modifier reads, or one packed qkv (..., T, 3, H, d) from a packed projection
+    (self-attention), read as q = qkv[..., 0, :, :] moved to (..., H, T, d), likewise k and v; its output
+    is then (..., T, H, d), so merging the heads is a free reshape, and its gradient one packed array, so
+    the projection's backward stays one matmul.
     """
 
     @staticmethod
-    def forward(ctx, *inputs, scale, causal, bias):
-        q, k, v, lead = _heads(inputs)  # (P, Q, T, d) grids, views where the strides allow
+    def forward(ctx, *inputs, scale, variant, bias):
+        packed = len(inputs) == 1
+        q, k, v, lead = _heads(inputs[:3])  # (P, Q, T, d) grids, views where the strides allow
         grid_mask = grid_bias(bias, lead)
-        out, lse = flash_attention_forward(q, k, v, scale, causal, grid_mask)
+        captured = _flat(inputs[3:])
+        out, lse = flash_attention_forward(q, k, v, scale, variant, grid_mask, captured)
         ctx.save_for_backward(q, k, v, out, lse, grid_mask)
-        ctx.scale, ctx.causal, ctx.lead = scale, causal, lead
+        ctx.scale, ctx.variant, ctx.lead, ctx.captured = scale, variant, lead, captured
         out = out.reshape(lead + out.shape[2:])  # (..., Tq, dv)
-        return np.swapaxes(out, -3, -2) if len(inputs) == 1 else out  # packed: (..., T, H, d)
+        return np.swapaxes(out, -3, -2) if packed else out  # packed: (..., T, H, d)
 
     @staticmethod
     def backward(ctx, grad):
@@ -329,32 +336,66 @@ class FlashAttention(Function):
         packed = len(ctx.inputs) == 1
         grad = as_group_grid(np.swapaxes(grad, -3, -2) if packed else grad)  # (P, Q, Tq, dv)
         if not packed:
-            grads = flash_attention_backward(grad, q, k, v, out, lse, ctx.scale, ctx.causal, grid_mask)
-            return tuple(d.reshape(ctx.lead + d.shape[2:]) for d in grads)  # (..., T, d) each
+            *grads, captured = flash_attention_backward(grad, q, k, v, out, lse, ctx.scale, ctx.variant, grid_mask,
+                                                        captured=ctx.captured)
+            lead_kv = ctx.lead[:-1] + (ctx.lead[-1] // ctx.variant.group,) if ctx.lead else ctx.lead
+            grads = [d.reshape((ctx.lead if i == 0 else lead_kv) + d.shape[2:]) for i, d in enumerate(grads)]
+            return (*grads, *_unflat(captured, ctx.inputs[3:]))  # (..., T, d) each, then the captured tensors'
         grad_qkv = buffers.zeros(ctx.inputs[0].shape, grad.dtype)  # (..., T, 3, H, d): the three written in place
         *targets, _ = _heads((grad_qkv,))
         in_place = all(np.may_share_memory(t, grad_qkv) for t in targets)  # not when the grid had to be copied
-        grads = flash_attention_backward(grad, q, k, v, out, lse, ctx.scale, ctx.causal, grid_mask,
-                                         grads=targets if in_place else None)
+        *grads, _ = flash_attention_backward(grad, q, k, v, out, lse, ctx.scale, ctx.variant, grid_mask,
+                                             grads=targets if in_place else None)
         if not in_place:
             for i, d in enumerate(grads):
                 grad_qkv[..., i, :, :] = np.swapaxes(d.reshape(ctx.lead + d.shape[2:]), -3, -2)
         return grad_qkv
 
     @staticmethod
-    def math(*inputs, scale, causal, bias):
+    def math(*inputs, scale, variant, bias):
         packed = len(inputs) == 1
         if packed:  # (..., T, 3, H, d) -> q, k, v (..., H, T, d)
             q, k, v = (GetItem.apply(inputs[0], index=(Ellipsis, i, slice(None), slice(None))).transpose(-3, -2)
                        for i in range(3))
         else:
-            q, k, v = inputs
-        out = attention_weights(q, k, bias, causal, scale) @ v  # (..., Tq, dv)
+            q, k, v = inputs[:3]
+        if variant.group > 1:  # kv head j serves query heads j * group .. (j + 1) * group - 1
+            heads = np.arange(q.shape[-3]) // variant.group
+            k, v = (GetItem.apply(t, index=(Ellipsis, heads, slice(None), slice(None))) for t in (k, v))
+        out = attention_weights(q, k, bias, False, scale, variant, inputs[3:]) @ v  # (..., Tq, dv)
         return out.transpose(-3, -2) if packed else out
 
 
-def attention_weights(q: Node, k: Node, mask: np.ndarray | Node | None, is_causal: bool, scale: float) -> Node:
-    """softmax(q k^T * scale + mask) from primitive ops, keys after a query hidden when `is_causal`.
+def _flat(captured: tuple[np.ndarray, ...]) -> np.ndarray | None:
+    """The values a modifier reads, flattened one after another into float64 (None if there are none)."""
+    if not captured:
+        return None
+    return np.concatenate([np.asarray(c, np.float64).reshape(-1) for c in captured])
+
+
+def _unflat(flat: np.ndarray | None, captured: tuple[Node, ...]) -> list:
+    """The flat gradient of the captured values cut back into their shapes (None for an integer tensor)."""
+    grads, at = [], 0
+    for c in captured:
+        size = c._data.size
+        float_kind = c.dtype.kind == "f" and flat is not None
+        grads.append(flat[at:at + size].reshape(c.shape).astype(c.dtype) if float_kind else None)
+        at += size
+    return grads
+
+
+def variant_keep(variant: Any, tq: int, tk: int) -> np.ndarray | None:
+    """The band of a variant as a (Tq, Tk) bool mask (None when it hides nothing): the math path's form."""
+    if variant.lo <= -UNBOUNDED and variant.hi >= UNBOUNDED:
+        return None
+    offset = np.arange(tk)[None, :] - np.arange(tq)[:, None]  # key j - query i
+    return (offset >= variant.lo) & (offset <= variant.hi)
+
+
+def attention_weights(q: Node, k: Node, mask: np.ndarray | Node | None, is_causal: bool, scale: float,
+                      variant: Any = None, captured: tuple = ()) -> Node:
+    """softmax(q k^T * scale + mask) from primitive ops, keys after a query hidden when `is_causal`, and
+    under a `variant` its band, its modifier and its mask (variant.math, on whole tensors).
 
     A bool mask adds -inf where hidden, a float mask is added, as PyTorch's math path: a NaN score stays
     NaN. The future gets probability exactly 0, as in the flash kernel, which never looks at it: a NaN in
@@ -367,6 +408,11 @@ def attention_weights(q: Node, k: Node, mask: np.ndarray | Node | None, is_causa
         bias = np.where(mask, 0.0, -np.inf) if mask.dtype == np.bool_ else mask
         scores = scores + _constant(scores, bias.astype(scores.dtype))
     keep = np.tri(*scores.shape[-2:], dtype=np.bool_) if is_causal else None  # (Tq, Tk): key j <= query i
+    if variant is not None:
+        keep = variant_keep(variant, *scores.shape[-2:])
+        if variant.math is not None:  # the modifier on the whole scores, and the mask it brings
+            scores, extra = variant.math(scores, captured)
+            keep = extra if keep is None else keep if extra is None else keep & extra
     return Softmax.apply(scores, keep=keep)  # (..., Tq, Tk): rows sum to 1, or are 0 where nothing may be seen
 
 

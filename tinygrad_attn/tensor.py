@@ -426,6 +426,8 @@ class Tensor(Node):
             return op.apply(self, Tensor._result(np.asarray(other, self._data.dtype), None))
         if kind is not Tensor and not isinstance(other, (Tensor, np.ndarray, np.generic, complex)) and not is_number(
                 other):
+            if hasattr(kind, "__ta_function__"):  # a traced stand-in (flex attention's modifiers): its own operator
+                return NotImplemented
             # a list, a (values, indices) pair, None or a string: PyTorch's TypeError, not a guess at a tensor
             sides = (type(other).__name__, "Tensor") if reverse else ("Tensor", type(other).__name__)
             raise TypeError(f"unsupported operand type(s) for {_SYMBOLS[op]}: '{sides[0]}' and '{sides[1]}'")
@@ -1291,6 +1293,8 @@ class Tensor(Node):
 
     # --- bool and integer bitwise operators (combine masks: causal & padding) ---------
     def _bitwise(self, fn: Any, other: Any, name: str) -> Tensor:
+        if _traced(other) is not None:  # a traced stand-in (flex attention's modifiers): its own operator
+            return NotImplemented
         other = self._operand(other)
         for t in (self, other):
             if t.dtype.kind not in "biu":
@@ -1490,6 +1494,9 @@ class Tensor(Node):
         return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
 
     def __getitem__(self, index: Any) -> Tensor:
+        traced = _traced(*index) if type(index) is tuple else _traced(index)
+        if traced is not None:  # a captured tensor read at traced positions (flex attention's modifiers)
+            return type(traced).__ta_function__("getitem", (self, index))
         split = _ints_first(index, self.ndim)
         if split is not None:  # PyTorch's placement: ints select first, then the tensor indices
             return self[split[0]][split[1]]
@@ -1563,8 +1570,20 @@ def _dim_or_axis(dim: Any, axis: Any, op: str) -> Any:
     return dim
 
 
+def _traced(*args: Any) -> Any:
+    """The first of args that is a traced stand-in, or None. Flex attention compiles a modifier by calling it
+    on stand-ins that record what is done to them (nn/attention/modifier_compiler.py); a function here given
+    one hands the call to its class's `__ta_function__(name, args)`, as PyTorch's `__torch_function__`."""
+    for x in args:
+        if hasattr(type(x), "__ta_function__"):
+            return x
+    return None
+
+
 def where(cond: Any, a: Any, b: Any) -> Tensor:
     """Elementwise choice: a where the bool `cond` is True, else b."""
+    if not isinstance(cond, Tensor) and (traced := _traced(cond, a, b)) is not None:
+        return type(traced).__ta_function__("where", (cond, a, b))
     cond = cond if isinstance(cond, Tensor) else Tensor(np.asarray(cond))
     if cond.dtype != np.bool_:
         raise TypeError(f"where: cond must be bool, got dtype {cond.dtype}")
@@ -1635,6 +1654,8 @@ for _name in ("amax", "amin", "max", "min", "argmax", "argmin", "var", "std", "l
 
 def maximum(a: Any, b: Any) -> Tensor:
     """The elementwise larger of a and b (NaN if either is NaN); ties share the gradient evenly."""
+    if (traced := _traced(a, b)) is not None:
+        return type(traced).__ta_function__("maximum", (a, b))
     a = a if isinstance(a, Tensor) else Tensor._wrap(a)
     a, b = a._promoted(b)
     shape = check_broadcast("maximum", a.shape, b.shape)
@@ -1643,6 +1664,8 @@ def maximum(a: Any, b: Any) -> Tensor:
 
 def minimum(a: Any, b: Any) -> Tensor:
     """The elementwise smaller of a and b (NaN if either is NaN); ties share the gradient evenly."""
+    if (traced := _traced(a, b)) is not None:
+        return type(traced).__ta_function__("minimum", (a, b))
     a = a if isinstance(a, Tensor) else Tensor._wrap(a)
     a, b = a._promoted(b)
     shape = check_broadcast("minimum", a.shape, b.shape)

@@ -19,6 +19,8 @@ from .tensor import Tensor, maximum, minimum
 
 def _method(name: str) -> Any:
     def function(input: Tensor, *args: Any, **kwargs: Any) -> Any:  # noqa: A002  (PyTorch's name)
+        if not isinstance(input, Tensor) and hasattr(type(input), "__ta_function__"):  # a traced stand-in
+            return getattr(input, name)(*args, **kwargs)
         return getattr(check_tensor(input, name), name)(*args, **kwargs)
 
     function.__name__ = function.__qualname__ = name
@@ -155,6 +157,8 @@ def bmm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002
 
 
 def pow(input: Tensor, exponent: Any) -> Tensor:  # noqa: A001, A002
+    if not isinstance(input, Tensor) and hasattr(type(input), "__ta_function__"):  # a traced stand-in
+        return input ** exponent
     return check_tensor(input, "pow") ** exponent
 
 

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numba import njit, prange
@@ -41,9 +43,25 @@ from numba import njit, prange
 from . import SAFE_FASTMATH, buffers, parallel
 from .blas import gemm_for, matmul_into
 from .layout import backward_plan, dense_rows, forward_plan, new_like, rows_apart, tile_shape
+from .modifiers import MASKED_SCORES, PULL_BACK, SCORES, unmodified
 from .tiles import exp_shifted, online_softmax, score_gradient
 from .vector import minimum
 from .views import columns, rows
+from .visibility import (
+    EMPTY,
+    GROUP,
+    HAS_BIAS,
+    HI,
+    KEYS,
+    LO,
+    MASKED,
+    MODIFIED,
+    PARTIAL,
+    ROWS,
+    UNBOUNDED,
+    describe,
+    tile_grid,
+)
 
 FEW_ROWS = 16  # a query block of fewer rows multiplies by k^T where it lies instead of laying it out
 
@@ -77,8 +95,13 @@ def scale_rows(a, factor):
 
 # The tile kernels are inlined into the two drivers (tiles.py), so these carry the tiles' fastmath flags.
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=SAFE_FASTMATH)
-def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse, gemm, items):
-    """The forward for items group * n_blocks + query block, one after another: out and lse of each."""
+def attend_query_blocks(q, k, v, variant, out, lse, gemm, part, items):
+    """The forward for items group * n_blocks + query block, one after another: out and lse of each.
+    `variant` is (vis, scale, bias, grid, captured, grads, modify): visibility.py's description and tile
+    grid, the bias grid, and the compiled modifier with what it reads (modifiers.py)."""
+    vis, scale, bias, grid, captured, grads, modify = variant
+    lo, hi, group, has_bias, bq, bk = vis[LO], vis[HI], vis[GROUP], vis[HAS_BIAS] != 0, vis[ROWS], vis[KEYS]
+    modified, masked = vis[MODIFIED] != 0, vis[MASKED] != 0
     n_inner, tq, tk = q.shape[1], q.shape[2], k.shape[2]
     n_blocks = -(-tq // bq)
     d, d_v = q.shape[3], v.shape[3]
@@ -86,9 +109,10 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
     state = np.empty((3, bq), q.dtype)
     m, l, alpha = state[0], state[1], state[2]  # noqa: E741  (bq,) each: the running max, sum, rescaling
     for item in items:
-        group, block = divmod(item, n_blocks)
-        a, b = divmod(group, n_inner)
-        q_g, k_g, v_g, bias_g = q[a, b], k[a, b], v[a, b], bias[a, b]  # (Tq, d), (Tk, d), (Tk, dv), (Tq, Tk)
+        g, block = divmod(item, n_blocks)
+        a, b = divmod(g, n_inner)
+        q_g, k_g, v_g, bias_g = q[a, b], k[a, b // group], v[a, b // group], bias[a, b]  # (Tq, d), (Tk, d), ..
+        seen = grid[a if grid.shape[0] > 1 else 0, b if grid.shape[1] > 1 else 0, block]  # (key tiles,) states
         r0 = block * bq
         r1 = minimum(r0 + bq, tq)
         q_rows, out_rows = rows(q_g, r0, r1), rows(out[a, b], r0, r1)  # (bq, d), (bq, dv)
@@ -96,9 +120,15 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
         for i in range(r1 - r0):
             m[i] = -np.inf
             l[i] = 0
-        key_stop = minimum(tk, r1) if causal else tk  # keys >= r1 are hidden from every row of the block
-        for c0 in range(0, key_stop, bk):
-            c1 = minimum(c0 + bk, key_stop)
+        last, started = -1, False  # the block's last key tile seen; whether a product wrote the output
+        for u in range(len(seen)):
+            if seen[u] != EMPTY:
+                last = u
+        for u in range(last + 1):
+            if seen[u] == EMPTY:  # no query of the block sees a key of the tile: skipped
+                continue
+            c0 = u * bk
+            c1 = minimum(c0 + bk, tk)
             n = c1 - c0
             s_rows = rows(s_buf, 0, r1 - r0)  # (bq, bk): the tile in its first n columns, C rows for tiles.py
             s = columns(s_rows, 0, n)  # (bq, n)
@@ -108,51 +138,64 @@ def attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse
             else:  # a few rows (one when decoding): laying k^T out would cost more than the product it speeds
                 k_t, factor = rows(k_g, c0, c1).T, scale
             scores_into(s, q_rows, k_t, factor, columns(bias_rows, c0, c1), has_bias, gemm)
-            last = c1 == key_stop  # then P and alpha come divided by l'
-            online_softmax(s_rows, n, m, l, alpha, r0, c0, causal, last)  # S <- P = exp(S - m'), exp(m - m')
-            if c0 > 0:
-                scale_rows(out_rows, alpha)  # out alpha (the first tile has nothing to rescale)
+            partial = seen[u] == PARTIAL
+            if modified or (masked and partial):  # S <- score_mod(S), -inf where mask_mod hides
+                modify(MASKED_SCORES if masked and partial else SCORES, s_buf.ctypes, s_buf.ctypes, r1 - r0, bk, n,
+                       a, b, r0, c0, captured.ctypes, grads[part].ctypes, 0.0)
+            t_lo, t_hi = (lo, hi) if partial else (-UNBOUNDED, UNBOUNDED)  # a full tile needs no row limits
+            online_softmax(s_rows, n, m, l, alpha, r0, c0, t_lo, t_hi, u == last)  # S <- P = exp(S - m'), ..
+            if started:
+                scale_rows(out_rows, alpha)  # out alpha (nothing to rescale before the first product)
             v_tile = rows(v_g, c0, c1)  # (bk, dv)
-            matmul_into(s, v_tile, out_rows, 1.0, 1.0 if c0 > 0 else 0.0, gemm)  # out += P v: (bq, bk) (bk, dv)
+            matmul_into(s, v_tile, out_rows, 1.0, 1.0 if started else 0.0, gemm)  # out += P v: (bq, bk) (bk, dv)
+            started = True
         lse_rows = rows(lse[a, b], r0, r1)  # (bq,)
         for i in range(r1 - r0):  # lse = m + log l; a row that saw nothing: -inf
             lse_rows[i] = m[i] + math.log(l[i]) if l[i] > 0 else (l[i] if l[i] != l[i] else -np.inf)
-            for c in range(d_v if key_stop == 0 else 0):  # no key at all: no product wrote the output
+            for c in range(0 if started else d_v):  # no key tile at all: no product wrote the output
                 out_rows[i, c] = 0
-
-
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=SAFE_FASTMATH)
-def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
-                        gemm, items):
+def backward_key_ranges(grad, q, k, v, out, lse, variant, edges, dq_parts, dk, dv, gemm, part, items):
     """The backward for items group * n_ranges + key range, one after another: dK and dV of the range's
-    keys added into dk and dv, dQ into dq_parts[range] (all zero-filled)."""
+    keys added into dk and dv (one per query head), dQ into dq_parts[range], the captured values' gradients
+    into variant's grads[part] (all zero-filled)."""
+    vis, scale, bias, grid, captured, grads, modify = variant
+    lo, hi, group, has_bias, bq, bk = vis[LO], vis[HI], vis[GROUP], vis[HAS_BIAS] != 0, vis[ROWS], vis[KEYS]
+    modified, masked = vis[MODIFIED] != 0, vis[MASKED] != 0
     n_inner, tq, tk, n_ranges = q.shape[1], q.shape[2], k.shape[2], len(edges) - 1
     d, d_v = q.shape[3], v.shape[3]
     s_buf, dp_buf = np.empty((bq, bk), q.dtype), np.empty((bq, bk), q.dtype)
+    raw_buf = np.empty((bq if modified else 1, bk), q.dtype)  # the scores before the modifier
     kt_buf, vt_buf = np.empty((d, bk), q.dtype), np.empty((d_v, bk), q.dtype)
     per_row = np.empty((2, tq), q.dtype)
     delta, lse_rows = per_row[0], per_row[1]  # (Tq,): every row's delta; the lse of a block's rows
     one = q.dtype.type(1)  # in q's dtype, as the scale is: transpose_into compiles one version
+    score_factor = one if modified else scale  # with a modifier, the scale comes with its derivative
     for item in items:
-        group, r = divmod(item, n_ranges)
-        a, b = divmod(group, n_inner)
-        q_g, k_g, v_g, bias_g, grad_g = q[a, b], k[a, b], v[a, b], bias[a, b], grad[a, b]  # this group's
+        g, r = divmod(item, n_ranges)
+        a, b = divmod(g, n_inner)
+        q_g, k_g, v_g, bias_g, grad_g = q[a, b], k[a, b // group], v[a, b // group], bias[a, b], grad[a, b]
         dq_g, dk_g, dv_g = dq_parts[r, a, b], dk[a, b], dv[a, b]  # (Tq, d): this range's share of dQ
         out_g = out[a, b]  # (Tq, dv)
+        seen = grid[a if grid.shape[0] > 1 else 0, b if grid.shape[1] > 1 else 0]  # (query blocks, key tiles)
         for i in range(tq):  # delta = rowsum(dO * out): (Tq,), once per item
             total = q.dtype.type(0)
             for c in range(d_v):
                 total += grad_g[i, c] * out_g[i, c]
             delta[i] = total
         for c0 in range(edges[r], edges[r + 1], bk):
+            u = c0 // bk
             c1 = minimum(c0 + bk, tk)
             n = c1 - c0
             k_tile, k_t, v_t = rows(k_g, c0, c1), columns(kt_buf, 0, n), columns(vt_buf, 0, n)  # (n, d) (d, n) (dv, n)
             dk_tile, dv_tile = rows(dk_g, c0, c1), rows(dv_g, c0, c1)  # (bk, d), (bk, dv)
             transpose_into(k_tile, scale, k_t)  # (scale k)^T: (d, bk)
             transpose_into(rows(v_g, c0, c1), one, v_t)  # v^T: (dv, bk)
-            first = (c0 // bq) * bq if causal else 0  # query rows before c0 see none of these keys
-            for r0 in range(first, tq, bq):
+            for t in range(seen.shape[0]):
+                if seen[t, u] == EMPTY:  # no query of the block sees a key of the tile
+                    continue
+                partial = seen[t, u] == PARTIAL
+                r0 = t * bq
                 r1 = minimum(r0 + bq, tq)
                 q_rows, d_out = rows(q_g, r0, r1), rows(grad_g, r0, r1)  # (bq, d), (bq, dv)
                 s_rows, dp_rows = rows(s_buf, 0, r1 - r0), rows(dp_buf, 0, r1 - r0)  # (bq, bk): tiles in n columns
@@ -161,29 +204,60 @@ def backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, 
                     scores_into(s, q_rows, k_t, 1.0, columns(rows(bias_g, r0, r1), c0, c1), has_bias, gemm)
                 else:
                     scores_into(s, q_rows, k_tile.T, scale, columns(rows(bias_g, r0, r1), c0, c1), has_bias, gemm)
+                if modified:
+                    columns(rows(raw_buf, 0, r1 - r0), 0, n)[:, :] = s
+                if modified or (masked and partial):  # S <- score_mod(S), -inf where mask_mod hides
+                    modify(MASKED_SCORES if masked and partial else SCORES, s_buf.ctypes, s_buf.ctypes, r1 - r0,
+                           bk, n, a, b, r0, c0, captured.ctypes, grads[part].ctypes, 0.0)
                 for i in range(r1 - r0):  # contiguous, like the forward's m: exp_shifted compiles one version
                     lse_rows[i] = lse[a, b, r0 + i]
-                exp_shifted(s_rows, n, lse_rows, r0, c0, causal)  # S <- P = exp(S - lse)
+                t_lo, t_hi = (lo, hi) if partial else (-UNBOUNDED, UNBOUNDED)
+                exp_shifted(s_rows, n, lse_rows, r0, c0, t_lo, t_hi)  # S <- P = exp(S - lse)
                 matmul_into(s.T, d_out, dv_tile, 1.0, 1.0, gemm)  # dV += P^T dO: (bk, bq) (bq, dv)
                 matmul_into(d_out, v_t, dp, 1.0, 0.0, gemm)  # dP = dO v^T: (bq, dv) (dv, bk)
-                score_gradient(s_rows, dp_rows, n, rows(delta, r0, r1), scale)  # dP <- scale dS, dS = P * (dP - delta)
+                score_gradient(s_rows, dp_rows, n, rows(delta, r0, r1), score_factor)  # dP <- dS = P * (dP - delta)
+                if modified:  # dS <- scale dS score_mod'(S); the captured values' gradients
+                    modify(PULL_BACK, dp_buf.ctypes, raw_buf.ctypes, r1 - r0, bk, n, a, b, r0, c0, captured.ctypes,
+                           grads[part].ctypes, scale)
                 matmul_into(dp, k_tile, rows(dq_g, r0, r1), 1.0, 1.0, gemm)  # dQ += scale dS k: (bq, bk) (bk, d)
                 matmul_into(dp.T, q_rows, dk_tile, 1.0, 1.0, gemm)  # dK += scale dS^T q: (bk, bq) (bq, d)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
-def _forward_parallel(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse, gemm, bounds, items):
+def _forward_parallel(q, k, v, variant, out, lse, gemm, bounds, items):
     for p in prange(len(bounds) - 1):
-        attend_query_blocks(q, k, v, bias, has_bias, scale, causal, bq, bk, out, lse, gemm,
-                            items[bounds[p]:bounds[p + 1]])
+        attend_query_blocks(q, k, v, variant, out, lse, gemm, p, items[bounds[p]:bounds[p + 1]])
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
-def _backward_parallel(grad, q, k, v, out, lse, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
-                       gemm, bounds, items):
+def _backward_parallel(grad, q, k, v, out, lse, variant, edges, dq_parts, dk, dv, gemm, bounds, items):
     for p in prange(len(bounds) - 1):
-        backward_key_ranges(grad, q, k, v, out, lse, bias, has_bias, scale, causal, bq, bk, edges, dq_parts, dk, dv,
-                            gemm, items[bounds[p]:bounds[p + 1]])
+        backward_key_ranges(grad, q, k, v, out, lse, variant, edges, dq_parts, dk, dv, gemm, p,
+                            items[bounds[p]:bounds[p + 1]])
+
+
+@dataclass(frozen=True, eq=False)
+class Variant:
+    """Which keys each query sees and how its scores are modified, as the attention layers describe it:
+    the band (visibility.band), the query heads per kv head, a block mask's blocks (B or 1, H or 1, Q blocks,
+    KV blocks) of block_size, and a compiled modifier (modifiers.py) for q's dtype with whether it masks.
+    Compared by identity (its arrays and functions), hashed the same way."""
+
+    lo: int = -UNBOUNDED
+    hi: int = UNBOUNDED
+    group: int = 1
+    blocks: np.ndarray | None = None
+    block_size: tuple[int, int] = (0, 0)
+    modify: Any = None
+    masked: bool = False
+    math: Any = None  # the modifier and mask on whole tensors, for the math path: (scores, captured) -> (scores, keep)
+
+    @staticmethod
+    def causal(causal: bool) -> Variant:
+        return _CAUSAL if causal else _FULL
+
+
+_FULL, _CAUSAL = Variant(), Variant(hi=0)
 
 
 def _bias(bias, shape, dtype):
@@ -199,48 +273,90 @@ def _no_bias(shape, dtype):
     return np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), shape)
 
 
-def _plan_of(q, k, v):
-    """(groups, Tq, Tk, tile, threads, reused): reused when some rows are read by more than one tile."""
+@functools.lru_cache(maxsize=256)
+def _band_grid(lo, hi, tq, tk, tile):
+    grid = tile_grid(lo, hi, tq, tk, tile)
+    grid.flags.writeable = False
+    return grid
+
+
+def _plan_of(q, k, v, variant):
+    """(lead, Tq, Tk, tile, threads, reused, grid): lead the groups' grid (P, Q); reused when some rows are
+    read by more than one tile;
+    grid visibility.py's tile grid (kept per shape when it comes from the band alone)."""
     (n_outer, n_inner, tq, d), tk = q.shape, k.shape[2]
     tile = tile_shape(tq, tk, max(d, v.shape[3]))
-    work = float(q.size) * tk + float(v.size) * tq  # multiply-adds of S = q k^T and P v
-    threads = parallel.threads_for(work, parallel.MIN_ATTENTION_WORK)
-    return n_outer * n_inner, tq, tk, tile, threads, tq > tile[0] or tk > tile[1]
+    if variant.blocks is None:
+        grid = _band_grid(variant.lo, variant.hi, tq, tk, tile)
+    else:
+        grid = tile_grid(variant.lo, variant.hi, tq, tk, tile, variant.blocks, variant.block_size)
+    work = float(q.size) * tk + float(v.size) * tq  # multiply-adds of S = q k^T and P v, all tiles seen
+    threads = parallel.threads_for(work * np.count_nonzero(grid) / max(grid.size, 1), parallel.MIN_ATTENTION_WORK)
+    return (n_outer, n_inner), tq, tk, tile, threads, tq > tile[0] or tk > tile[1], grid
 
 
-def flash_attention_forward(q, k, v, scale, causal, bias):
-    """q (P, Q, Tq, d), k (P, Q, Tk, d), v (P, Q, Tk, dv) grids (layout.as_group_grid); bias from grid_bias.
+def _kernel_variant(variant, q, tk, tile, grid, bias, captured, parts):
+    """The kernels' `variant` tuple: (vis, scale, bias, grid, captured, grads, modify); grads (parts, C + 1)."""
+    bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
+    vis = describe(variant.lo, variant.hi, variant.group, has_bias, variant.modify is not None, variant.masked, tile)
+    values = np.zeros(1) if captured is None else captured
+    grads = np.zeros((parts, len(values) + 1))
+    modify = variant.modify if variant.modify is not None else unmodified(q.dtype)
+    return vis, bias, grid, values, grads, modify
+
+
+def _checked(grads, variant):
+    """The captured values' gradients summed over the parts; an index outside a captured tensor raises."""
+    if grads[:, -1].any():
+        raise IndexError(f"flex_attention: {getattr(variant.modify, 'name', 'a modifier')} read a captured tensor at "
+                         "an index outside it")
+    return grads[:, :-1].sum(axis=0)
+
+
+def flash_attention_forward(q, k, v, scale, variant, bias, captured=None):
+    """q (P, Q, Tq, d), k (P, Q / group, Tk, d), v (P, Q / group, Tk, dv) grids (layout.as_group_grid); bias
+    from grid_bias; the variant's modifier reads `captured` (float64, flat).
 
     Returns out (P, Q, Tq, dv), laid out like q, and lse (P, Q, Tq).
     """
     out, lse = new_like(q, v.shape[3]), buffers.empty(q.shape[:3], q.dtype)  # out laid out like the q given
-    groups, tq, tk, tile, threads, reused = _plan_of(q, k, v)
+    lead, tq, tk, tile, threads, reused, grid = _plan_of(q, k, v, variant)
     q, k, v = dense_rows(q, reused), dense_rows(k, reused), dense_rows(v, reused)
-    bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
-    parallel.run_plan(_forward_parallel, attend_query_blocks, forward_plan(groups, tq, tk, causal, tile, threads),
-             q, k, v, bias, has_bias, q.dtype.type(scale), causal, *tile, out, lse, gemm_for(q.dtype))
+    vis, bias, grid, values, grads, modify = _kernel_variant(variant, q, tk, tile, grid, bias, captured, 1)
+    kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads, modify)
+    parallel.run_plan(_forward_parallel, attend_query_blocks, forward_plan(lead, grid, tile, tq, tk, threads),
+                      q, k, v, kernel_variant, out, lse, gemm_for(q.dtype))
+    _checked(grads, variant)
     return out, lse
 
 
-def flash_attention_backward(grad_out, q, k, v, out, lse, scale, causal, bias, grads=None):
-    """dq, dk, dv (P, Q, T, d) each, for the forward above; `grads` may give three zero-filled arrays to
-    receive them (such as views into one packed gradient)."""
-    groups, tq, tk, tile, threads, reused = _plan_of(q, k, v)
+def flash_attention_backward(grad_out, q, k, v, out, lse, scale, variant, bias, grads=None, captured=None):
+    """dq, dk, dv (P, Q, T, d) each, for the forward above, and the captured values' gradient (float64,
+    flat, or None without a modifier); `grads` may give three zero-filled arrays to receive dq, dk, dv (such
+    as views into one packed gradient)."""
+    lead, tq, tk, tile, threads, reused, grid = _plan_of(q, k, v, variant)
     dq, dk_to, dv_to = grads if grads is not None else (new_like(a, a.shape[3], buffers.zeros) for a in (q, k, v))
-    dk, dv = (buffers.zeros(a.shape, a.dtype) if rows_apart(a, reused) else a for a in (dk_to, dv_to))  # summed here
+    per_head = variant.group > 1  # grouped-query: dk and dv summed per query head, then over each group
+    dk, dv = (buffers.zeros((a.shape[0], q.shape[1]) + a.shape[2:], a.dtype) if per_head else
+              buffers.zeros(a.shape, a.dtype) if rows_apart(a, reused) else a for a in (dk_to, dv_to))
     grad_out, q, k, v = (dense_rows(a, reused) for a in (grad_out, q, k, v))
-    edges, plan = backward_plan(groups, tq, tk, causal, tile, threads)
+    edges, plan = backward_plan(lead, grid, tile, tq, tk, threads)
     n_ranges = len(edges) - 1
     dq_parts = dq[None] if n_ranges <= 1 else buffers.zeros((n_ranges,) + q.shape, q.dtype)
-    bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
-    parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, out, lse, bias, has_bias,
-             q.dtype.type(scale), causal, *tile, edges, dq_parts, dk, dv, gemm_for(q.dtype))
+    vis, bias, grid, values, grads_c, modify = _kernel_variant(variant, q, tk, tile, grid, bias, captured,
+                                                               len(plan[0]) - 1)
+    kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads_c, modify)
+    parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, out, lse, kernel_variant,
+                      edges, dq_parts, dk, dv, gemm_for(q.dtype))
     if n_ranges > 1:
         dq_parts.sum(axis=0, out=dq)
     for summed, to in ((dk, dk_to), (dv, dv_to)):
-        if summed is not to:
+        if per_head:
+            p, n_kv, t, c = to.shape
+            to[...] = summed.reshape(p, n_kv, variant.group, t, c).sum(axis=2)
+        elif summed is not to:
             to[...] = summed
-    return dq, dk_to, dv_to
+    return dq, dk_to, dv_to, (_checked(grads_c, variant) if variant.modify is not None else None)
 
 
 def attention_reference(q, k, v, scale, causal, bias):

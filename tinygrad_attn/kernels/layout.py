@@ -5,10 +5,10 @@ Groups: attention is G independent problems (batch x heads), kept as a grid
 transpose are read where they lie, and an output laid out like its input
 merges its heads back with a free reshape.
 
-Work plan: a pure function of the shapes and the thread count. The items are
+Work plan: a pure function of the shapes, visibility.py's tile grid and the thread count. The items are
 (group, query block) in the forward and (group, key range) in the backward;
-each item's work is the score entries it computes (under the causal mask, the
-tiles up to the diagonal). `share_out` gives each thread a list of items of
+each item's work is the score entries it computes (the tiles the grid keeps: under the causal mask
+those up to the diagonal, under a sliding window those of the band). `share_out` gives each thread a list of items of
 about equal work, so each thread's part is one loop index of a `prange`. Plans
 are kept per shape (a training step asks for the same ones again), so their
 arrays are never written.
@@ -88,48 +88,60 @@ def tile_shape(tq: int, tk: int, d: int) -> tuple[int, int]:
     return max(1, min(tq, area // bk, MAX_ROWS)), bk
 
 
-def _starts(length: int, size: int) -> np.ndarray:
-    return np.arange(0, length, size)
+def _tile_work(grid: np.ndarray, lead: tuple[int, int], tile: tuple[int, int], tq: int, tk: int) -> np.ndarray:
+    """Score entries of each (group, query block, key tile) that the kernels compute: the tile's area where
+    visibility.py's grid keeps it, 0 where it is skipped. (P * Q, query blocks, key tiles)."""
+    heights = np.minimum(np.arange(grid.shape[2]) * tile[0] + tile[0], tq) - np.arange(grid.shape[2]) * tile[0]
+    widths = np.minimum(np.arange(grid.shape[3]) * tile[1] + tile[1], tk) - np.arange(grid.shape[3]) * tile[1]
+    area = heights[:, None] * widths[None, :] * (grid != 0)  # (Gb, Gh, query blocks, key tiles)
+    return np.broadcast_to(area, tuple(lead) + area.shape[2:]).reshape((lead[0] * lead[1],) + area.shape[2:])
+
+
+def _key(grid: np.ndarray) -> tuple:
+    return grid.shape, grid.tobytes()
 
 
 @functools.lru_cache(maxsize=256)
-def forward_plan(groups: int, tq: int, tk: int, causal: bool, tile: tuple[int, int], threads: int):
-    """The forward's items, group * n_blocks + query block, shared out among `threads` threads."""
-    rows = _starts(tq, tile[0])
-    ends = np.minimum(rows + tile[0], tq)
-    keys = np.minimum(ends, tk) if causal else np.full(len(rows), tk)  # a block's last row sees keys < its end
-    return share_out(np.tile((ends - rows) * keys, groups), threads)
+def _forward_plan(lead, grid_key, tile, tq, tk, threads):
+    shape, data = grid_key
+    work = _tile_work(np.frombuffer(data, np.int8).reshape(shape), lead, tile, tq, tk).sum(axis=2)  # (G, blocks)
+    return share_out(work.reshape(-1), threads)
 
 
-def key_tile_work(tq: int, tk: int, causal: bool, tile: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Each key tile's first key and the score entries the backward computes for it: under the causal
-    mask only the query blocks from the one holding its first key on meet it."""
-    cols = _starts(tk, tile[1])
-    rows = np.maximum(tq - (cols // tile[0]) * tile[0], 0) if causal else np.full(len(cols), tq)
-    return cols, rows * (np.minimum(cols + tile[1], tk) - cols)
+def forward_plan(lead: tuple[int, int], grid: np.ndarray, tile: tuple[int, int], tq: int, tk: int, threads: int):
+    """The forward's items, group * n_blocks + query block, shared out among `threads` threads; lead is the
+    groups' grid (P, Q), grid visibility.py's tile grid."""
+    return _forward_plan(tuple(lead), _key(grid), tile, tq, tk, threads)
 
 
-def key_ranges(tq: int, tk: int, causal: bool, tile: tuple[int, int], n: int) -> np.ndarray:
-    """Edges (n_ranges + 1,) of the keys cut into at most n ranges of whole key tiles and about equal work
-    (under the causal mask the early ranges are narrower)."""
-    cols, work = key_tile_work(tq, tk, causal, tile)
+def key_ranges(per_tile: np.ndarray, tk: int, bk: int, n: int) -> np.ndarray:
+    """Edges (n_ranges + 1,) of the keys cut into at most n ranges of whole key tiles and about equal work,
+    given the work of each key tile (under the causal mask the early ranges are narrower)."""
+    cols = np.arange(0, tk, bk)
     if len(cols) == 0:
         return np.array([0, tk], np.int64)
-    total = np.cumsum(work)
+    total = np.cumsum(per_tile)
     parts = max(1, min(n, len(cols)))
     cuts = np.searchsorted(total, total[-1] * np.arange(1, parts) / parts, side="left") + 1
     return np.unique(np.concatenate([[0], np.append(cols, tk)[cuts], [tk]])).astype(np.int64)
 
 
 @functools.lru_cache(maxsize=256)
-def backward_plan(groups: int, tq: int, tk: int, causal: bool, tile: tuple[int, int], threads: int):
+def _backward_plan(lead, grid_key, tile, tq, tk, threads):
+    shape, data = grid_key
+    work = _tile_work(np.frombuffer(data, np.int8).reshape(shape), lead, tile, tq, tk).sum(axis=1)  # (G, key tiles)
+    groups = work.shape[0]
+    edges = key_ranges(work.sum(axis=0), tk, tile[1], -(-2 * threads // max(groups, 1)) if threads > 1 else 1)
+    starts = np.searchsorted(np.arange(0, tk, tile[1]), edges[:-1])
+    per_range = np.add.reduceat(work, starts, axis=1) if work.shape[1] else np.zeros((groups, 1))
+    return edges, share_out(per_range.reshape(-1), threads)
+
+
+def backward_plan(lead: tuple[int, int], grid: np.ndarray, tile: tuple[int, int], tq: int, tk: int, threads: int):
     """The backward's key ranges (edges) and its items, group * n_ranges + range, shared out among
     `threads` threads. The keys are cut into ranges only when there are too few groups to keep every
     thread busy twice over; each range then adds into a dQ of its own (summed at the end)."""
-    edges = key_ranges(tq, tk, causal, tile, -(-2 * threads // max(groups, 1)) if threads > 1 else 1)
-    cols, work = key_tile_work(tq, tk, causal, tile)
-    per_range = np.add.reduceat(work, np.searchsorted(cols, edges[:-1])) if len(cols) else np.zeros(1)
-    return edges, share_out(np.tile(per_range, groups), threads)
+    return _backward_plan(tuple(lead), _key(grid), tile, tq, tk, threads)
 
 
 def share_out(work: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:

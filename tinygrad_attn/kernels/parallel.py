@@ -118,13 +118,13 @@ def row_parts(rows: int, work: float) -> int:
 
 
 def run_plan(parallel_kernel: Callable, serial_kernel: Callable, plan: tuple, *args):
-    """Work cut up by a plan (bounds, items) from layout.py: serial_kernel(*args, items) on the calling
+    """Work cut up by a plan (bounds, items) from layout.py: serial_kernel(*args, 0, items) on the calling
     thread when the plan has one part, else parallel_kernel(*args, bounds, items) on len(bounds) - 1 of
-    numba's threads, part p running items[bounds[p]:bounds[p + 1]]. Both through their versions compiled
-    for arrays of any layout."""
+    numba's threads, part p running serial_kernel(*args, p, items[bounds[p]:bounds[p + 1]]). Both through
+    their versions compiled for arrays of any layout."""
     bounds, items = plan
     if len(bounds) <= 2:
-        return any_layout(serial_kernel)(*args, items)
+        return any_layout(serial_kernel)(*args, 0, items)
     return _on_numba_threads(len(bounds) - 1, any_layout(parallel_kernel), *args, bounds, items)
 
 
@@ -147,15 +147,35 @@ def any_layout(kernel: Callable) -> Callable:
 _entries: dict[tuple, Callable] = {}  # (kernel, each argument's kind) -> the compiled entry point
 
 
+def _kind(a):
+    """What numba's type of an argument depends on: an array's dtype and dims, a number's type, a tuple's
+    items' kinds; anything else (a compiled function) itself."""
+    if isinstance(a, np.ndarray):
+        return a.dtype.char, a.ndim
+    if isinstance(a, (bool, int, float, np.generic)):
+        return type(a)
+    if type(a) is tuple:
+        return tuple(map(_kind, a))
+    return id(a)
+
+
+def _any_layout_type(t):
+    from numba import types
+
+    if isinstance(t, types.Array):
+        return t.copy(layout="A", readonly=False)
+    if isinstance(t, types.BaseTuple):
+        return types.Tuple(tuple(map(_any_layout_type, t.types)))
+    return t
+
+
 def _call_any_layout(kernel, *args):
-    key = (kernel, *((a.dtype.char, a.ndim) if isinstance(a, np.ndarray) else
-                     type(a) if isinstance(a, (bool, int, float, np.generic)) else id(a) for a in args))
+    key = (kernel, *map(_kind, args))
     entry = _entries.get(key)
     if entry is None:  # numba's typeof is slow (docs/performance.md): once per kind of arguments
-        from numba import typeof, types
+        from numba import typeof
 
-        signature = tuple(t.copy(layout="A", readonly=False) if isinstance(t, types.Array) else t
-                          for t in map(typeof, args))
+        signature = tuple(_any_layout_type(t) for t in map(typeof, args))
         with _any_layout_lock:
             kernel.compile(signature)
             entry = _entries[key] = kernel.overloads[signature].entry_point

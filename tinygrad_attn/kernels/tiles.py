@@ -4,10 +4,10 @@ A tile holds the scores S of bq query rows and n key columns of one group, in
 the first n columns of C-contiguous rows s (bq, width >= n): rows of a scratch
 buffer as wide as the widest tile, so that every tile, the last narrower one
 too, is laid out for vectorised loops without a reshape. (q_start, k_start)
-place it in the whole (Tq, Tk) matrix, so that the causal rule (key
-k_start + j is hidden from query q_start + i when j > i + q_start - k_start,
-`visible_keys`) is applied without building a mask. Entries past a row's
-`limit` are hidden and become 0; the columns past n are neither read nor written.
+place it in the whole (Tq, Tk) matrix, so that the band of visibility.py (query q sees key c only if
+q + lo <= c <= q + hi: causal, sliding windows) is applied without building a mask: each row's
+columns outside [first, stop) (`visibility.row_columns`) are hidden and become 0; the columns past n are
+neither read nor written.
 
 The loops are written with vector.py's `maximum` and `exp_vectorizable`, and each kernel starts with
 its `wide_vectors()`. The kernels are inlined where flash.py calls them (inline="always"): a first run
@@ -21,28 +21,22 @@ import numpy as np
 from numba import njit
 
 from . import SAFE_FASTMATH
-from .vector import exp_vectorizable, maximum, minimum, wide_vectors
+from .vector import exp_vectorizable, maximum, wide_vectors
+from .visibility import row_columns
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
-def visible_keys(i, n, q_start, k_start, causal):
-    """How many leading keys of the n of tile row i may be seen: key k_start + j is hidden from query
-    q_start + i when j > i + q_start - k_start."""
-    return maximum(minimum(n, q_start + i - k_start + 1), 0) if causal else n
-
-
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
-def row_max(s, i, limit, start):
-    """max(start, s[i, 0], ..., s[i, limit - 1]), NaN if any of them is NaN."""
+def row_max(s, i, first, stop, start):
+    """max(start, s[i, first], ..., s[i, stop - 1]), NaN if any of them is NaN."""
     wide_vectors()
     m = start
-    for j in range(limit):
+    for j in range(first, stop):
         m = maximum(m, s[i, j])
     return m
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
-def exp_shifted(s, n, shift, q_start, k_start, causal):
+def exp_shifted(s, n, shift, q_start, k_start, lo, hi):
     """The tile's n columns of s (bq, width) <- P = exp(S - shift[:, None]) in place, 0 where hidden and in a
     row whose shift is -inf (nothing seen); a NaN shift makes its row NaN. The forward's P (shift the running
     max) and the backward's (shift lse) alike. Each row is one loop over its n keys, the hidden ones selected:
@@ -51,13 +45,15 @@ def exp_shifted(s, n, shift, q_start, k_start, causal):
     hidden = s.dtype.type(-np.inf)  # in s's dtype: a float64 -inf would make the exp float64
     for i in range(s.shape[0]):
         shift_i = shift[i]  # a local, so the loop has no load that may alias the scores
-        limit = 0 if shift_i == -np.inf else visible_keys(i, n, q_start, k_start, causal)
+        first, stop = row_columns(i, n, q_start, k_start, lo, hi)
+        if shift_i == -np.inf:
+            stop = 0
         for j in range(n):
-            s[i, j] = exp_vectorizable(s[i, j] - shift_i if j < limit else hidden)
+            s[i, j] = exp_vectorizable(s[i, j] - shift_i if first <= j < stop else hidden)
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
-def online_softmax(s, n, m, l, alpha, q_start, k_start, causal, last):  # noqa: E741
+def online_softmax(s, n, m, l, alpha, q_start, k_start, lo, hi, last):  # noqa: E741
     """One key tile of the online softmax: the tile's n columns of s (bq, width) -> P = exp(S - m') in place,
     m' = max(m, rowmax S).
 
@@ -69,10 +65,11 @@ def online_softmax(s, n, m, l, alpha, q_start, k_start, causal, last):  # noqa: 
     wide_vectors()
     bq = s.shape[0]
     for i in range(bq):
-        m_new = row_max(s, i, visible_keys(i, n, q_start, k_start, causal), m[i])
+        first, stop = row_columns(i, n, q_start, k_start, lo, hi)
+        m_new = row_max(s, i, first, stop, m[i])
         alpha[i] = exp_vectorizable(m[i] - m_new) if m[i] > -np.inf else s.dtype.type(0)
         m[i] = m_new
-    exp_shifted(s, n, m, q_start, k_start, causal)
+    exp_shifted(s, n, m, q_start, k_start, lo, hi)
     for i in range(bq):
         total = s.dtype.type(0)
         for j in range(n):

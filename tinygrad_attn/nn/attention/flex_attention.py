@@ -7,19 +7,27 @@ computes softmax(score_mod(q k^T * scale) where block_mask allows, else -inf) v,
     score_mod(score, b, h, q_idx, kv_idx) -> score      a modifier of each score (ALiBi, soft-capping, ...)
     mask_mod(b, h, q_idx, kv_idx) -> bool               which keys each query may see (causal, windows, ...)
 
-written in Python as PyTorch users write them. Here they run on whole tensors at once: `score` is the
-(B, H, L, S) score tensor and b, h, q_idx, kv_idx are int64 tensors of shapes (B, 1, 1, 1), (1, H, 1, 1),
-(1, 1, L, 1) and (1, 1, 1, S), so every elementwise expression a PyTorch modifier writes (arithmetic,
-comparisons, `where`, `tanh`, indexing a captured table by `h` or `q_idx - kv_idx`) broadcasts to the
-scores; it must return one value per score (a reduction over `score` would reduce over every score here,
-where PyTorch's modifier sees one at a time: refused). The modifier's ops are the library's own: its
-gradient, and the gradient of any tensor it captures (a learnable ALiBi slope, a bias table), comes from
-the engine like any other, and a learner can step through it. This is the math path: the T x T scores are
-built. (PyTorch's own CPU path compiles the modifier into a kernel for the forward and has no backward on
-CPU.)
+written in Python as PyTorch users write them. Two paths, as for scaled_dot_product_attention (chosen
+with `sdpa_kernel`):
 
-A `BlockMask` keeps the mask_mod evaluated on the whole (L, S) grid, and which (BLOCK_SIZE x BLOCK_SIZE)
-blocks are empty, partial or full, as PyTorch's does; `sparsity()` says what share of blocks is skipped.
+- The fused path (by default): the modifiers are traced and compiled into the flash kernel, forward and
+  backward (modifier_compiler.py says how, and how their derivatives are written), the tiles the block
+  mask leaves empty are skipped, and the (L, S) scores are never built. A tensor a score_mod captures (a
+  learnable ALiBi slope, a bias table) gets its gradient. A modifier that cannot be compiled, and
+  `return_lse=True`, take the math path instead (the first with a warning naming what stopped it).
+- The math path: the modifiers run on whole tensors at once: `score` is the (B, H, L, S) score tensor and
+  b, h, q_idx, kv_idx are int64 tensors of shapes (B, 1, 1, 1), (1, H, 1, 1), (1, 1, L, 1) and (1, 1, 1, S),
+  so every elementwise expression a PyTorch modifier writes (arithmetic, comparisons, `where`, `tanh`,
+  indexing a captured table by `h` or `q_idx - kv_idx`) broadcasts to the scores; it must return one value
+  per score (a reduction over `score` would reduce over every score here, where PyTorch's modifier sees one
+  at a time: refused). The modifier's ops are the library's own, the engine differentiates them, and a
+  learner can step through them.
+
+(PyTorch's own CPU path compiles the modifier for the forward only: its backward is refused on CPU.)
+
+A `BlockMask` keeps which (BLOCK_SIZE x BLOCK_SIZE) blocks are empty, partial or full, as PyTorch's does,
+found by evaluating mask_mod one row of blocks at a time (never the whole (L, S) grid at once);
+`sparsity()` says what share of blocks is skipped.
 """
 
 from __future__ import annotations
@@ -33,27 +41,34 @@ import numpy as np
 from ... import functional as F
 from ...checks import float_tensor
 from ...engine import no_grad
+from ...kernels.flash import Variant
 from ...tensor import Tensor
+from .modifier_compiler import TraceError, compile_modifiers, evaluate, warn_fallback
 
 
-def _indices(b: int, h: int, q_len: int, kv_len: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """b, h, q_idx, kv_idx as int64 tensors broadcasting to (B, H, L, S)."""
+def _indices(b: int, h: int, q_len: int, kv_len: int, rows: tuple[int, int] | None = None
+             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """b, h, q_idx, kv_idx as int64 tensors broadcasting to (B, H, L, S) (the queries of `rows` only)."""
+    r0, r1 = rows if rows is not None else (0, q_len)
     return (Tensor(np.arange(b).reshape(b, 1, 1, 1)), Tensor(np.arange(h).reshape(1, h, 1, 1)),
-            Tensor(np.arange(q_len).reshape(1, 1, q_len, 1)), Tensor(np.arange(kv_len).reshape(1, 1, 1, kv_len)))
+            Tensor(np.arange(r0, r1).reshape(1, 1, r1 - r0, 1)), Tensor(np.arange(kv_len).reshape(1, 1, 1, kv_len)))
 
 
 def _name(fn: Callable) -> str:
     return getattr(fn, "__name__", type(fn).__name__)
 
 
-def _evaluate_mask(mask_mod: Callable, b: int, h: int, q_len: int, kv_len: int) -> np.ndarray:
-    """mask_mod on the whole grid: a bool array broadcast to (b, h, q_len, kv_len), checked."""
+def _evaluate_mask(mask_mod: Callable, b: int, h: int, q_len: int, kv_len: int,
+                   rows: tuple[int, int] | None = None) -> np.ndarray:
+    """mask_mod on the grid (the query rows [r0, r1) of `rows`): a bool array broadcast to (b, h, rows,
+    kv_len), checked."""
+    r0, r1 = rows if rows is not None else (0, q_len)
     if not callable(mask_mod):
         raise TypeError(f"create_block_mask: mask_mod must be a function (b, h, q_idx, kv_idx) -> bool, "
                         f"got {type(mask_mod).__name__}")
     try:
         with no_grad():
-            kept = mask_mod(*_indices(b, h, q_len, kv_len))
+            kept = mask_mod(*_indices(b, h, q_len, kv_len, (r0, r1)))
     except Exception as err:  # the user's function on this library's tensors: say which and why
         raise TypeError(f"create_block_mask: mask_mod {_name(mask_mod)!r} failed on tinygrad_attn tensors "
                         f"({type(err).__name__}: {err}); write it with operators, comparisons and ta's functions "
@@ -62,29 +77,42 @@ def _evaluate_mask(mask_mod: Callable, b: int, h: int, q_len: int, kv_len: int) 
     if kept.dtype != np.bool_:
         raise TypeError(f"create_block_mask: mask_mod {_name(mask_mod)!r} must return bool, got {kept.dtype}")
     try:
-        return np.broadcast_to(kept, (b, h, q_len, kv_len))
+        return np.broadcast_to(kept, (b, h, r1 - r0, kv_len))
     except ValueError:
         raise ValueError(f"create_block_mask: mask_mod {_name(mask_mod)!r} returned shape {kept.shape}, which does "
                          f"not broadcast to (B, H, Q_LEN, KV_LEN) = {(b, h, q_len, kv_len)}") from None
 
 
-class BlockMask:
-    """A mask_mod evaluated once: `dense` (B, H, Q_LEN, KV_LEN) bool (B or H 1 when given as None, to
-    broadcast), and the block grid of BLOCK_SIZE x BLOCK_SIZE tiles: 0 empty, 1 partial, 2 full."""
+def _block_states(mask_mod: Callable, shape: tuple[int, int, int, int], block_size: tuple[int, int]) -> np.ndarray:
+    """(B, H, Q blocks, KV blocks) int8: 0 where mask_mod hides the whole block, 2 where it hides nothing, 1
+    otherwise; evaluated one row of blocks at a time."""
+    b, h, q_len, kv_len = shape
+    bq, bk = block_size
+    nq, nk = -(-q_len // bq), -(-kv_len // bk)
+    blocks = np.empty((b, h, nq, nk), np.int8)
+    edges = np.arange(0, kv_len, bk)
+    widths = np.minimum(edges + bk, kv_len) - edges
+    for t in range(nq):
+        r0, r1 = t * bq, min(t * bq + bq, q_len)
+        kept = _evaluate_mask(mask_mod, b, h, q_len, kv_len, (r0, r1))  # (B, H, rows, S)
+        seen = np.add.reduceat(kept.sum(axis=2, dtype=np.int64), edges, axis=-1)  # (B, H, KV blocks)
+        blocks[:, :, t] = np.where(seen == 0, 0, np.where(seen == (r1 - r0) * widths, 2, 1))
+    return blocks
 
-    def __init__(self, mask_mod: Callable, dense: np.ndarray, block_size: tuple[int, int]):
-        self.mask_mod, self.dense, self.BLOCK_SIZE = mask_mod, dense, block_size
-        b, h, q_len, kv_len = dense.shape
-        self.shape, self.seq_lengths = (b, h, q_len, kv_len), (q_len, kv_len)
-        bq, bk = block_size
-        nq, nk = -(-q_len // bq), -(-kv_len // bk)
-        padded = np.zeros((b, h, nq * bq, nk * bk), np.int8)
-        inside = np.zeros_like(padded, bool)
-        padded[:, :, :q_len, :kv_len] = dense
-        inside[:, :, :q_len, :kv_len] = True
-        seen = padded.reshape(b, h, nq, bq, nk, bk).sum((3, 5))
-        cells = inside.reshape(b, h, nq, bq, nk, bk).sum((3, 5))
-        self.blocks = np.where(seen == 0, 0, np.where(seen == cells, 2, 1)).astype(np.int8)  # (B, H, nq, nk)
+
+class BlockMask:
+    """A mask_mod and its block grid of BLOCK_SIZE tiles, (B, H, Q blocks, KV blocks): 0 empty, 1 partial,
+    2 full (B or H 1 when given as None, to broadcast). `dense` evaluates the whole (B, H, Q_LEN, KV_LEN)
+    bool mask, for the math path."""
+
+    def __init__(self, mask_mod: Callable, shape: tuple[int, int, int, int], block_size: tuple[int, int]):
+        self.mask_mod, self.BLOCK_SIZE = mask_mod, block_size
+        self.shape, self.seq_lengths = shape, shape[2:]
+        self.blocks = _block_states(mask_mod, shape, block_size)
+
+    @property
+    def dense(self) -> np.ndarray:
+        return _evaluate_mask(self.mask_mod, *self.shape)
 
     def to_dense(self) -> Tensor:
         """The block grid (B, H, Q blocks, KV blocks): 1 where a block has an entry to compute, as PyTorch's."""
@@ -113,8 +141,10 @@ def create_block_mask(mask_mod: Callable, B: int | None, H: int | None, Q_LEN: i
     blocks = (BLOCK_SIZE, BLOCK_SIZE) if isinstance(BLOCK_SIZE, (int, np.integer)) else tuple(BLOCK_SIZE)
     if len(blocks) != 2 or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1 for n in blocks):
         raise ValueError(f"create_block_mask: BLOCK_SIZE must be an int >= 1 or two, got {BLOCK_SIZE!r}")
-    dense = _evaluate_mask(mask_mod, *(int(v) for v in sizes.values()))
-    return BlockMask(mask_mod, dense, (int(blocks[0]), int(blocks[1])))
+    if not callable(mask_mod):
+        raise TypeError(f"create_block_mask: mask_mod must be a function (b, h, q_idx, kv_idx) -> bool, "
+                        f"got {type(mask_mod).__name__}")
+    return BlockMask(mask_mod, tuple(int(v) for v in sizes.values()), (int(blocks[0]), int(blocks[1])))
 
 
 def noop_mask(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
@@ -128,11 +158,11 @@ def _combined(mask_mods: tuple, op: str, every: bool) -> Callable:
         raise TypeError(f"{op}: every argument must be a mask_mod function")
 
     def combined(b, h, q_idx, kv_idx):
-        result = Tensor(np.full((), every))
+        result = None
         for mod in mask_mods:
             seen = mod(b, h, q_idx, kv_idx)
-            result = result & seen if every else result | seen
-        return result
+            result = seen if result is None else result & seen if every else result | seen
+        return Tensor(np.full((), every)) if result is None else result
 
     combined.__name__ = op
     return combined
@@ -163,18 +193,68 @@ def flex_attention(query: Tensor, key: Tensor, value: Tensor, score_mod: Callabl
     if q.shape[0] != k.shape[0] or k.shape[0] != v.shape[0] or q.shape[-1] != k.shape[-1] or k.shape[2] != v.shape[2]:
         raise ValueError(f"{op}: expected query (B, Hq, L, E), key (B, Hkv, S, E), value (B, Hkv, S, Ev), got "
                          f"{q.shape}, {k.shape}, {v.shape}")
+    group = 1
     if k.shape[1] != q.shape[1] or v.shape[1] != q.shape[1]:
         if not enable_gqa:
             raise ValueError(f"{op}: query has {q.shape[1]} heads and key/value {k.shape[1]}/{v.shape[1]}: "
                              "pass enable_gqa=True for grouped-query attention")
-        k, v = F._grouped(q, k, v, op)
+        group = F._group(q, k, v, op)
     b, h, q_len, kv_len = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     scale = F._scale(scale, q.shape[-1], op)
+    if score_mod is not None and not callable(score_mod):
+        raise TypeError(f"{op}: score_mod must be a function (score, b, h, q_idx, kv_idx) -> score, "
+                        f"got {type(score_mod).__name__}")
+    if block_mask is not None:
+        if not isinstance(block_mask, BlockMask):
+            raise TypeError(f"{op}: block_mask must come from create_block_mask, got {type(block_mask).__name__}")
+        mb, mh, mq, mk = block_mask.shape
+        if (mq, mk) != (q_len, kv_len) or mb not in (1, b) or mh not in (1, h):
+            raise ValueError(f"{op}: block_mask was made for (B, H, Q_LEN, KV_LEN) = {block_mask.shape}, the "
+                             f"attention is {(b, h, q_len, kv_len)}")
+    if F._choose_kernel(return_lse, op) == "flash":
+        fused = _fused(q, k, v, score_mod, block_mask, scale, group)
+        if fused is not None:
+            return fused
+    if group > 1:
+        k, v = F._grouped(q, k, v, group)
+    return _math(q, k, v, score_mod, block_mask, scale, return_lse)
+
+
+def _fused(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable | None, block_mask: BlockMask | None,
+           scale: float, group: int) -> Tensor | None:
+    """The fused path: the modifiers compiled into the flash kernel (None, after a warning, if they cannot be)."""
+    mask_mod = block_mask.mask_mod if block_mask is not None else None
+    shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    compiled = None
+    if score_mod is not None or mask_mod is not None:
+        try:
+            compiled = compile_modifiers(score_mod, mask_mod, q.dtype)
+        except TraceError as err:  # what stopped the trace, named once; the math path runs it as written
+            warn_fallback("+".join(_name(f) for f in (score_mod, mask_mod) if f is not None), err)
+            return None
+        except Exception:  # the modifier itself failed: the math path runs it and names the error
+            return None
+
+    def on_tensors(scores: Tensor, captured: tuple) -> tuple[Tensor, np.ndarray | None]:
+        """The same modifiers on whole tensors, reading `captured` (the math of the higher derivatives)."""
+        if compiled is not None and compiled.score_out is not None:
+            scores = evaluate(compiled.trace, compiled.score_out, scores, captured, shape).astype(scores.dtype)
+        return scores, (block_mask.dense if block_mask is not None else None)
+
+    variant = Variant(group=group, blocks=None if block_mask is None else block_mask.blocks,
+                      block_size=(0, 0) if block_mask is None else block_mask.BLOCK_SIZE,
+                      modify=None if compiled is None else compiled.modify,
+                      masked=compiled is not None and compiled.mask_out is not None, math=on_tensors)
+    return F.attention(q, k, v, variant, scale=scale, captured=() if compiled is None else compiled.captured)
+
+
+def _math(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable | None, block_mask: BlockMask | None, scale: float,
+          return_lse: bool) -> Tensor | tuple[Tensor, Tensor]:
+    """The math path: the modifiers on whole tensors, the (B, H, L, S) scores built."""
+    op = "flex_attention"
+    b, h, q_len, kv_len = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, L, S)
     if score_mod is not None:
-        if not callable(score_mod):
-            raise TypeError(f"{op}: score_mod must be a function (score, b, h, q_idx, kv_idx) -> score, "
-                            f"got {type(score_mod).__name__}")
         try:
             modified = score_mod(scores, *_indices(b, h, q_len, kv_len))
         except Exception as err:
@@ -186,15 +266,7 @@ def flex_attention(query: Tensor, key: Tensor, value: Tensor, score_mod: Callabl
                 f"{op}: score_mod {_name(score_mod)!r} must return a tensor shaped like the scores {scores.shape} "
                 f"(one value per score, no reduction), got {getattr(modified, 'shape', type(modified).__name__)}")
         scores = modified.astype(q.dtype)
-    keep = None
-    if block_mask is not None:
-        if not isinstance(block_mask, BlockMask):
-            raise TypeError(f"{op}: block_mask must come from create_block_mask, got {type(block_mask).__name__}")
-        mb, mh, mq, mk = block_mask.shape
-        if (mq, mk) != (q_len, kv_len) or mb not in (1, b) or mh not in (1, h):
-            raise ValueError(f"{op}: block_mask was made for (B, H, Q_LEN, KV_LEN) = {block_mask.shape}, the "
-                             f"attention is {(b, h, q_len, kv_len)}")
-        keep = block_mask.dense
+    keep = None if block_mask is None else block_mask.dense
     weights = F.softmax(scores, -1, mask=keep)  # (B, H, L, S); a row with no key: all 0
     out = weights @ v  # (B, H, L, Ev)
     if not return_lse:

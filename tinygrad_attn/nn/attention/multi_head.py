@@ -15,6 +15,8 @@ from ... import functional as F
 from ...checks import check_tensor
 from ...engine import check_device
 from ...fused import PackedLinearFunction
+from ...kernels.flash import Variant
+from ...kernels.visibility import band
 from ...masks import causal_mask
 from ...tensor import Tensor, cat
 from ..layers import Linear
@@ -88,8 +90,10 @@ class KVCache:
         entry = self._store.get(module)
         return 0 if entry is None else entry["n"]
 
-    def extend(self, module: Module, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append k, v (B, H, T, d) for `module`; returns all its keys and values so far (B, H, P + T, d)."""
+    def extend(self, module: Module, k: Tensor, v: Tensor, keep: int | None = None) -> tuple[Tensor, Tensor]:
+        """Append k, v (B, H, T, d) for `module`; returns its keys and values so far (B, H, P + T, d). With
+        `keep` (a sliding window's length) and no graph to keep, only the last keep - 1 positions are kept
+        before appending: all that the next queries can see (`positions` still counts every position)."""
         entry = self._store.get(module)
         if entry is not None and entry["keys"].shape[:2] != k.shape[:2]:
             raise ValueError(f"MultiHeadAttention: this KVCache holds keys of shape (B, H) = "
@@ -97,10 +101,18 @@ class KVCache:
         if entry is None:
             capacity = max(16, 2 * k.shape[2])
             entry = {"keys": np.empty(k.shape[:2] + (capacity, k.shape[3]), k.dtype),
-                     "values": np.empty(v.shape[:2] + (capacity, v.shape[3]), v.dtype), "n": 0,
+                     "values": np.empty(v.shape[:2] + (capacity, v.shape[3]), v.dtype), "n": 0, "dropped": 0,
                      "k_parts": [], "v_parts": []}
             self._store[module] = entry
-        keys, values, n = entry["keys"], entry["values"], entry["n"]
+        keys, values = entry["keys"], entry["values"]
+        if keep is not None and not entry["k_parts"] and not (k.requires_grad or v.requires_grad):
+            held = entry["n"] - entry["dropped"]
+            if held > keep - 1:  # positions no later query can see: dropped, the rest moved to the front
+                extra = held - (keep - 1)
+                for a in (keys, values):
+                    a[:, :, :keep - 1] = a[:, :, extra:held].copy()
+                entry["dropped"] += extra
+        n = entry["n"] - entry["dropped"]  # positions held
         if n + k.shape[2] > keys.shape[2]:  # grow by doubling: appending stays linear in total
             capacity = 2 * (n + k.shape[2])
             grown = [np.empty(a.shape[:2] + (capacity, a.shape[3]), a.dtype) for a in (keys, values)]
@@ -108,7 +120,7 @@ class KVCache:
             keys, values = entry["keys"], entry["values"] = grown
         keys[:, :, n : n + k.shape[2]] = k._data
         values[:, :, n : n + v.shape[2]] = v._data
-        entry["n"] = n + k.shape[2]
+        entry["n"] += k.shape[2]
         if entry["k_parts"] or k.requires_grad or v.requires_grad:  # under autograd: keep the graph's pieces
             if not entry["k_parts"]:
                 entry["start"] = n  # positions before this one were cached without a graph
@@ -117,7 +129,8 @@ class KVCache:
             start = entry["start"]
             head_k, head_v = Tensor(keys[:, :, :start].copy()), Tensor(values[:, :, :start].copy())
             return cat([head_k, *entry["k_parts"]], dim=2), cat([head_v, *entry["v_parts"]], dim=2)
-        return Tensor(keys[:, :, : entry["n"]]), Tensor(values[:, :, : entry["n"]])
+        n += k.shape[2]
+        return Tensor(keys[:, :, :n]), Tensor(values[:, :, :n])
 
     def constant(self, module: Module, memory: Tensor, compute) -> tuple[Tensor, Tensor]:
         """Keys and values that do not grow (cross-attention's, from `memory`): computed on first use. A later
@@ -218,6 +231,11 @@ class MultiHeadAttention(Module):
             q, k = self.rotary(q, offset), self.rotary(k, offset)  # positions offset.. offset + T - 1
         return q, k, v
 
+    def _attention_variant(self, is_causal: bool, past: int) -> Variant:
+        """The band (causal, the window) and kv groups of this module, query i at position past + i."""
+        lo, hi = band(is_causal, past, self.window)
+        return Variant(lo=lo, hi=hi, group=self.num_heads // self.n_kv_heads)
+
     def _window_mask(self, mask: Any, tq: int, tk: int, past: int, is_causal: bool) -> Any:
         """`mask` with the keys outside the sliding window taken away (query i is at position past + i)."""
         if self.window is None:
@@ -265,6 +283,10 @@ class MultiHeadAttention(Module):
             qkv = self._project_packed(query)  # (B, T, 3, H, d)
             out = F.packed_self_attention(qkv, mask=mask, is_causal=is_causal)  # (B, T, H, d), heads in place
             weights = None
+        elif not need_weights and dropout_p == 0.0:  # the fused kernel under the variant: the band, kv groups
+            q, k, v = self._heads(query, key, value, 0, self_attention)  # (B, H, Tq, d), (B, Hkv, Tk, d) x 2
+            out = F.attention(q, k, v, self._attention_variant(is_causal, 0), mask=mask)  # (B, H, Tq, d)
+            out, weights = out.transpose(1, 2), None  # (B, Tq, H, d)
         else:
             q, k, v = self._heads(query, key, value, 0, self_attention)  # (B, H, Tq, d), (B, Hkv, Tk, d) x 2
             mask = self._window_mask(mask, tq, key.shape[1], 0, is_causal)
@@ -292,7 +314,8 @@ class MultiHeadAttention(Module):
         cache.claim(self, b, "MultiHeadAttention")
         if self_attention:
             q, k, v = self._heads(query, query, query, cache.positions(self), True)  # rotary at the next positions
-            k, v = cache.extend(self, k, v)  # (B, Hkv, P + Tq, d): kv heads only
+            keep = self.window if is_causal else None  # a causal window: only its last keys are kept
+            k, v = cache.extend(self, k, v, keep)  # (B, Hkv, P + Tq, d): kv heads only
         else:
             q = self._split_heads(self.q_proj(query))  # (B, H, Tq, d)
             value = key if value is None else value
@@ -300,7 +323,10 @@ class MultiHeadAttention(Module):
                 raise ValueError(f"MultiHeadAttention: key must be (B={b}, T, E) with a kv_cache, got {key.shape}")
             k, v = cache.constant(self, key, lambda: (self._split_heads(self.k_proj(key), self.n_kv_heads),
                                                       self._split_heads(self.v_proj(value), self.n_kv_heads)))
-        past = k.shape[2] - tq if self_attention else 0  # positions before this call's queries
+        past = k.shape[2] - tq if self_attention else 0  # keys held before this call's queries
+        if not need_weights:
+            out = F.attention(q, k, v, self._attention_variant(is_causal, past), mask=mask)  # (B, H, Tq, d)
+            return self.out_proj(out.transpose(1, 2).reshape(b, tq, e)), None
         if is_causal:
             future = ~causal_mask(tq, k.shape[2], offset=past)._data  # (Tq, P + Tq)
             mask = _hide(mask, future)

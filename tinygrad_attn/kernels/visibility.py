@@ -1,0 +1,102 @@
+"""Which keys each query sees, for every attention variant: one description the kernels and the plan share.
+
+A variant is one small int64 array, `vis`:
+
+    vis[LO], vis[HI]   the band: query i may see key j only if i + LO <= j <= i + HI
+                       full (-UNBOUNDED, UNBOUNDED), causal (-UNBOUNDED, 0), causal after P cached keys
+                       (-UNBOUNDED, P), a causal sliding window of w keys (1 - w, 0)
+    vis[GROUP]         query heads per key/value head: query head h reads kv head h // GROUP (grouped-query)
+    vis[HAS_BIAS]      1 if a dense additive bias (an explicit mask) is added to the scores
+    vis[MODIFIED]      1 if a compiled score modifier runs on every score (flex attention's score_mod)
+    vis[MASKED]        1 if a compiled mask runs on the entries of partly seen tiles (flex's mask_mod)
+    vis[ROWS], vis[KEYS]   the kernel's tile: query rows per block, key columns per tile
+
+and its tile grid, int8 (1 or B, 1 or H, query blocks, key tiles): each tile of the kernel is EMPTY (no
+query of the block sees a key of the tile: skipped in the forward, the backward and the plan), PARTIAL
+(the band's row limits, and the mask if MASKED, decide entry by entry) or FULL. The grid comes from the
+band and, for a block mask, from its blocks; `tile_grid` builds it, the kernels read it, layout.py's plans
+count the work of the tiles it keeps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .vector import maximum, minimum
+
+LO, HI, GROUP, HAS_BIAS, MODIFIED, MASKED, ROWS, KEYS = range(8)
+UNBOUNDED = 1 << 62  # a band side with no limit
+EMPTY, PARTIAL, FULL = 0, 1, 2
+
+
+def band(causal: bool, offset: int = 0, window: int | None = None) -> tuple[int, int]:
+    """(LO, HI) of the usual masks: causal (query i at position offset + i sees keys up to it), and a sliding
+    `window` of keys (causal: the window keys ending at the query; otherwise window - 1 either side)."""
+    hi = offset if causal else UNBOUNDED
+    if window is None:
+        return -UNBOUNDED, hi
+    return offset - window + 1, hi if causal else offset + window - 1
+
+
+def describe(lo: int, hi: int, group: int, has_bias: bool, modified: bool, masked: bool,
+             tile: tuple[int, int]) -> np.ndarray:
+    """The `vis` array of a variant."""
+    return np.array([lo, hi, group, has_bias, modified, masked, tile[0], tile[1]], np.int64)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def row_columns(i, n, q_start, k_start, lo, hi):
+    """(first, stop): the columns of a tile row the band lets query q_start + i see, of the tile's n keys from
+    k_start (first >= stop: none)."""
+    here = q_start + i - k_start  # the query's own position, as a column of this tile
+    first = 0 if lo <= -UNBOUNDED else minimum(maximum(here + lo, 0), n)
+    stop = n if hi >= UNBOUNDED else minimum(maximum(here + hi + 1, 0), n)
+    return first, stop
+
+
+@njit(cache=True, nogil=True)
+def band_state(r0, r1, c0, c1, lo, hi):
+    """EMPTY, PARTIAL or FULL: what the band lets queries [r0, r1) see of keys [c0, c1)."""
+    if r1 <= r0 or c1 <= c0:
+        return EMPTY
+    low = -UNBOUNDED if lo <= -UNBOUNDED else r0 + lo  # the lowest key a row of the block may see
+    high = UNBOUNDED if hi >= UNBOUNDED else r1 - 1 + hi  # the highest
+    if c1 - 1 < low or c0 > high:
+        return EMPTY
+    all_low = lo <= -UNBOUNDED or c0 >= r1 - 1 + lo  # every row sees the tile's first key
+    all_high = hi >= UNBOUNDED or c1 - 1 <= r0 + hi  # and its last
+    return FULL if all_low and all_high else PARTIAL
+
+
+@njit(cache=True, nogil=True)
+def fill_tile_grid(lo, hi, tq, tk, bq, bk, blocks, block_q, block_k, grid):
+    """grid (Gb, Gh, query blocks, key tiles) <- each tile's state: the band's, then, if block_q > 0, the
+    block mask's (blocks (Gb, Gh, Tq / block_q, Tk / block_k) of EMPTY/PARTIAL/FULL) over the cells it covers."""
+    for a in range(grid.shape[0]):
+        for b in range(grid.shape[1]):
+            for t in range(grid.shape[2]):
+                r0, r1 = t * bq, minimum(t * bq + bq, tq)
+                for u in range(grid.shape[3]):
+                    c0, c1 = u * bk, minimum(u * bk + bk, tk)
+                    state = band_state(r0, r1, c0, c1, lo, hi)
+                    if state != EMPTY and block_q > 0:
+                        seen, full = False, True
+                        for x in range(r0 // block_q, (r1 - 1) // block_q + 1):
+                            for y in range(c0 // block_k, (c1 - 1) // block_k + 1):
+                                cell = blocks[a, b, x, y]
+                                seen = seen or cell != EMPTY
+                                full = full and cell == FULL
+                        state = EMPTY if not seen else (state if full else PARTIAL)
+                    grid[a, b, t, u] = state
+
+
+def tile_grid(lo: int, hi: int, tq: int, tk: int, tile: tuple[int, int], blocks: np.ndarray | None = None,
+              block_size: tuple[int, int] = (0, 0)) -> np.ndarray:
+    """The tile grid (1 or B, 1 or H, query blocks, key tiles) of a band, and of a block mask's blocks."""
+    bq, bk = tile
+    lead = (1, 1) if blocks is None else blocks.shape[:2]
+    grid = np.empty(lead + (-(-tq // bq), -(-tk // bk)), np.int8)
+    cells = np.zeros((1, 1, 1, 1), np.int8) if blocks is None else np.ascontiguousarray(blocks, np.int8)
+    fill_tile_grid(lo, hi, tq, tk, bq, bk, cells, *(block_size if blocks is not None else (0, 0)), grid)
+    return grid
