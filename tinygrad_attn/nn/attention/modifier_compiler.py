@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ...kernels import modifiers
+from ...kernels.vector import exp_vectorizable
 from ...tensor import Tensor, maximum, minimum, where
 
 _FLOAT, _INT, _BOOL = "f", "i", "b"
@@ -257,10 +258,10 @@ _VALUE = {  # op -> the expression of its value from its arguments' names
     "eq": "({0} == {1})", "ne": "({0} != {1})", "and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})",
     "maximum": "_maximum({0}, {1})", "minimum": "_minimum({0}, {1})", "where": "({1} if {0} else {2})",
     "neg": "(-{0})", "abs": "abs({0})", "exp": "np.exp({0})", "expm1": "np.expm1({0})", "log": "np.log({0})",
-    "log1p": "np.log1p({0})", "tanh": "np.tanh({0})", "sigmoid": "(1.0 / (1.0 + np.exp(-{0})))",
+    "log1p": "np.log1p({0})", "tanh": "_tanh({0})", "sigmoid": "_sigmoid({0})",
     "sqrt": "np.sqrt({0})", "sin": "np.sin({0})", "cos": "np.cos({0})", "floor": "np.floor({0})",
     "ceil": "np.ceil({0})", "round": "np.round({0})", "trunc": "np.trunc({0})", "sign": "np.sign({0})",
-    "not": "(not {0})", "invert": "(~{0})", "float": "np.float64({0})", "int": "np.int64({0})",
+    "not": "(not {0})", "invert": "(~{0})", "float": "DTYPE({0})", "int": "np.int64({0})",
 }
 
 # op -> for each argument, its adjoint's increment from g (the result's adjoint), the arguments' names
@@ -317,7 +318,7 @@ def _value_lines(trace: Trace, first: int, upto: int, n_captured: int, offsets: 
             value = args[0]
             text = repr(value) if not isinstance(value, float) or math.isfinite(value) else (
                 "np.nan" if value != value else ("np.inf" if value > 0 else "-np.inf"))
-            lines.append(f"{_name(i)} = {text}")
+            lines.append(f"{_name(i)} = DTYPE({text})" if kind == _FLOAT else f"{_name(i)} = {text}")
         elif op == "read":
             slot, ids = args
             tensor = trace.captured[slot]
@@ -332,10 +333,15 @@ def _value_lines(trace: Trace, first: int, upto: int, n_captured: int, offsets: 
                 lines.append(f"    {at} = 0")
                 flat.append(f"{at} * {stride}")
             lines.append(f"at{i} = {offsets[slot]}" + "".join(f" + {f}" for f in flat))
-            cast = {"f": "", "i": "np.int64", "b": "bool"}[kind]
+            cast = {"f": "DTYPE", "i": "np.int64", "b": "bool"}[kind]
             lines.append(f"{_name(i)} = {cast}(cap[at{i}])")
         else:
-            lines.append(f"{_name(i)} = " + _VALUE[op].format(*(_name(a) for a in args)))
+            names = [_name(a) for a in args]
+            if kind == _FLOAT or op in ("lt", "le", "gt", "ge", "eq", "ne", "maximum", "minimum", "where"):
+                kinds = [trace.nodes[a][2] for a in args]
+                if _FLOAT in kinds:  # an int beside a float: cast to the tile's dtype, not numba's float64
+                    names = [f"DTYPE({n})" if k == _INT else n for n, k in zip(names, kinds)]
+            lines.append(f"{_name(i)} = " + _VALUE[op].format(*names))
     return lines
 
 
@@ -374,30 +380,34 @@ def modifier(mode, sp, rp, rows, width, n, b, h, q_start, k_start, cp, gp, scale
     raw = view(rp, (rows, width), DTYPE)
     cap = view(cp, ({n_values},), np.float64)
     grads = view(gp, ({n_grads},), np.float64)
-    if mode != PULL_BACK:
+    if mode == SCORES:
         for i in range(rows):
             q_idx = q_start + i
             for j in range(n):
                 kv_idx = k_start + j
                 score = s[i, j]
 {forward}
-                if mode == MASKED_SCORES:
-{mask}
-                    if not {kept}:
-                        {result} = -np.inf
                 s[i, j] = {result}
+    elif mode == MASKED_SCORES:
+        for i in range(rows):
+            q_idx = q_start + i
+            for j in range(n):
+                kv_idx = k_start + j
+                score = s[i, j]
+{forward}
+{mask}
+                s[i, j] = {result} if {kept} else -np.inf
     else:
         for i in range(rows):
             q_idx = q_start + i
             for j in range(n):
                 g = np.float64(s[i, j])
-                if g == 0:
-                    continue
+{skip}
                 kv_idx = k_start + j
                 score = raw[i, j]
 {forward}
 {adjoint}
-                s[i, j] = scale * g * d_score
+                s[i, j] = scale * g * d_score if g != 0 else 0.0
 '''
 
 
@@ -416,8 +426,10 @@ def write_source(trace: Trace, score_out: int | None, mask_out: int | None) -> s
     mask_lines = _value_lines(trace, first, mask_out, n_captured, offsets) if mask_out is not None else []
     kept = _name(mask_out) if mask_out is not None else "True"
     adjoint = _adjoint_lines(trace, score_out, offsets) if score_out is not None else ["d_score = 1.0"]
+    learns = any(line.startswith("grads[at") for line in adjoint)  # a scatter: only where the gradient is not 0
     return _TEMPLATE.format(n_values=max(n_captured, 1), n_grads=n_captured + 1, forward=_indent(score_lines, 16),
-                            mask=_indent(mask_lines, 20), kept=kept, result=result, adjoint=_indent(adjoint, 16))
+                            mask=_indent(mask_lines, 16), kept=kept, result=result, adjoint=_indent(adjoint, 16),
+                            skip=_indent(["if g == 0:", "    continue"] if learns else [], 16))
 
 
 def _maximum(a, b):
@@ -428,10 +440,24 @@ def _minimum(a, b):
     return a if a <= b or a != a else b
 
 
+def _tanh(x):
+    """tanh from e = exp(-2|x|) <= 1: no overflow, and the loop over a tile vectorises."""
+    e = exp_vectorizable(-2 * abs(x))
+    t = (1 - e) / (1 + e)
+    return t if x >= 0 else -t
+
+
+def _sigmoid(x):
+    """1 / (1 + exp(-x)) from e = exp(-|x|) <= 1."""
+    e = exp_vectorizable(-abs(x))
+    return 1 / (1 + e) if x >= 0 else e / (1 + e)
+
+
 def _view_python(pointer, shape, dtype):
     return modifiers.python_view(pointer, shape, dtype)
 
 
+_FASTMATH = {"contract", "nsz", "arcp"}  # no reassociation: exp_vectorizable's reduction needs its order
 _compiled: dict[tuple[str, str], Any] = {}
 _lock = threading.Lock()
 
@@ -446,13 +472,14 @@ def _compile(source: str, dtype: np.dtype, name: str) -> tuple[Any, float]:
         start = time.perf_counter()
         from numba import carray, config, njit
 
-        namespace = {"np": np, "PULL_BACK": modifiers.PULL_BACK, "MASKED_SCORES": modifiers.MASKED_SCORES,
+        namespace = {"np": np, "SCORES": modifiers.SCORES, "MASKED_SCORES": modifiers.MASKED_SCORES,
                      "DTYPE": np.dtype(dtype).type}
+        helpers = {"_maximum": _maximum, "_minimum": _minimum, "_tanh": _tanh, "_sigmoid": _sigmoid}
         if config.DISABLE_JIT:
-            namespace.update(view=_view_python, _maximum=_maximum, _minimum=_minimum)
+            namespace.update(view=_view_python, **helpers)
         else:
-            namespace.update(view=carray, _maximum=njit(inline="always")(_maximum),
-                             _minimum=njit(inline="always")(_minimum))
+            compiled_helpers = {k: njit(inline="always", fastmath=_FASTMATH)(f) for k, f in helpers.items()}
+            namespace.update(view=carray, **compiled_helpers)
         digest = hashlib.sha1(source.encode()).hexdigest()[:12]
         code = compile(source, f"<flex modifier {name} {digest}>", "exec")
         exec(code, namespace)  # noqa: S102  (source written by write_source from the trace, not user text)
@@ -460,7 +487,7 @@ def _compile(source: str, dtype: np.dtype, name: str) -> tuple[Any, float]:
         if not config.DISABLE_JIT:
             from numba import cfunc
 
-            fn = cfunc(modifiers.signature(dtype), error_model="numpy", fastmath={"contract", "nsz", "arcp"})(fn)
+            fn = cfunc(modifiers.signature(dtype), error_model="numpy", fastmath=_FASTMATH)(fn)
         _compiled[key] = fn
         return fn, time.perf_counter() - start
 
