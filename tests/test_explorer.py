@@ -93,6 +93,38 @@ def test_the_check_agrees_and_the_input_gradient_is_the_embeddings():
     np.testing.assert_allclose(np.array(inputs["norm"], float), want, rtol=1e-3)
 
 
+def test_a_variant_shows_its_mask_and_the_kernels_skipped_tiles_and_its_check_agrees(monkeypatch):
+    """Grouped kv heads, rotary positions and a sliding window of 3: the page's mask is the band, its tiles
+    (2 x 2 here) are skipped exactly where no query of the tile sees a key of it, P is the model's own, and
+    the formulas still agree with finite differences."""
+    from tinygrad_attn.kernels import layout
+
+    monkeypatch.setattr(layout, "MAX_ROWS", 2)
+    monkeypatch.setattr(layout, "MAX_KEYS", 2)
+
+    def model():
+        ta.manual_seed(4)
+        return ta.nn.CausalLM(11, 12, d_model=16, nhead=4, num_layers=1, dim_feedforward=32, n_kv_heads=2, window=3,
+                              rotary=True).to(np.float64)
+
+    tokens = np.array([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1]])
+    lm = model()
+    data = collect(lm, lambda: _loss(lm, tokens))
+    (panel,) = data["attention"]
+    t = 10
+    i, j = np.arange(t)[:, None], np.arange(t)[None, :]
+    seen = (j <= i) & (i - j < 3)
+    np.testing.assert_array_equal(np.array(panel["seen"], float), seen.astype(float))
+    assert panel["window"] == 3 and panel["kv_heads"] == 2 and panel["rotary"]
+    for r0, r1, c0, c1, state in panel["tiles"]["rects"]:
+        block = seen[r0:r1, c0:c1]
+        assert state == (2 if block.all() else 1 if block.any() else 0), (r0, c0, state)
+    assert len(panel["tiles"]["rects"]) == 25 and any(r[4] == 0 for r in panel["tiles"]["rects"])
+    (p, _), = _model_attention(model(), tokens)
+    np.testing.assert_allclose(np.array(panel["P"], float), p, rtol=1e-3, atol=1e-6)
+    assert all(r["max_abs_err"] < 1e-7 for r in data["check"]["rows"]), data["check"]
+
+
 def test_the_graph_shows_both_paths_with_the_models_gradient():
     model, tokens = small_lm(3), np.array([[1, 2, 3, 4]])
     data = collect(model, lambda: _loss(model, tokens))

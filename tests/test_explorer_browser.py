@@ -192,7 +192,7 @@ def test_the_page_in_each_language_shows_every_number_whole_and_no_text_outside_
         assert not browser.execute_script(_OVERFLOW)
         panel = explorer.data["attention"][layer]
         legends = browser.find_elements("css selector", "#maps .legend")
-        assert len(legends) == 3
+        assert len(legends) == 4  # P, dP, dS and the mask with the kernel's tiles
         for legend, key in zip(legends[1:], ("dP", "dS")):  # the largest |value| printed is the data's, whole
             largest = max(abs(v) for row in panel[key][head] for v in row if v is not None)
             assert legend.text.endswith(_js_fmt(largest, lang)), (legend.text, largest)

@@ -24,7 +24,8 @@ import numpy as np
 
 from ..autograd.backward import grad as gradients_of
 from ..functional import sdpa_kernel
-from ..masks import causal_mask
+from ..kernels.layout import tile_shape
+from ..kernels.visibility import band, tile_grid
 from ..nn.attention import MultiHeadAttention
 from ..nn.layers import Embedding
 from ..nn.module import Module
@@ -40,8 +41,10 @@ def _heads(x: np.ndarray, heads: int) -> np.ndarray:
     return x.reshape(t, heads, e // heads).transpose(1, 0, 2)
 
 
-def _bias(mask: Any, is_causal: bool, tq: int, tk: int, batch_index: int, heads: int) -> np.ndarray:
-    """The additive (H, Tq, Tk) mask a call attended with: 0 where allowed, -inf where hidden."""
+def _bias(mask: Any, is_causal: bool, tq: int, tk: int, batch_index: int, heads: int,
+          window: int | None = None) -> np.ndarray:
+    """The additive (H, Tq, Tk) mask a call attended with: 0 where allowed, -inf where hidden (by the mask,
+    the causal rule, a sliding window)."""
     bias = np.zeros((heads, tq, tk))
     if mask is not None:
         m = np.asarray(mask._data if isinstance(mask, Tensor) else mask)
@@ -49,10 +52,30 @@ def _bias(mask: Any, is_causal: bool, tq: int, tk: int, batch_index: int, heads:
         if m.ndim == 4:
             m = m[batch_index if m.shape[0] > 1 else 0]
         bias = bias + (np.where(m, 0.0, -np.inf) if m.dtype == np.bool_ else m)
-    if is_causal:
-        past = tk - tq  # a cached call's queries come after the keys already there
-        bias = bias + np.where(causal_mask(tq, tk, offset=past)._data, 0.0, -np.inf)
+    past = tk - tq if is_causal else 0  # a cached call's queries come after the keys already there
+    lo, hi = band(is_causal, past, window)
+    offset = np.arange(tk)[None, :] - np.arange(tq)[:, None]  # key - query
+    bias = bias + np.where((offset >= lo) & (offset <= hi), 0.0, -np.inf)
     return np.broadcast_to(bias, (heads, tq, tk))
+
+
+def kernel_tiles(tq: int, tk: int, head_dim: int, is_causal: bool, window: int | None) -> dict:
+    """The flash kernel's tiles for this attention: their size and the state of each (0 skipped: no query of
+    the block sees a key of the tile; 1 partly seen; 2 all seen), as kernels/visibility.py computes them."""
+    tile = tile_shape(tq, tk, head_dim)
+    grid = tile_grid(*band(is_causal, tk - tq if is_causal else 0, window), tq, tk, tile)[0, 0]
+    rows, keys = _cells(tq), _cells(tk)  # position -> the map's cell (pooled maps have fewer cells)
+    rects = [[int(rows[t * tile[0]]), int(rows[min(t * tile[0] + tile[0], tq) - 1]) + 1,
+              int(keys[u * tile[1]]), int(keys[min(u * tile[1] + tile[1], tk) - 1]) + 1, int(grid[t, u])]
+             for t in range(grid.shape[0]) for u in range(grid.shape[1])]
+    return {"rows": int(tile[0]), "keys": int(tile[1]), "rects": rects}
+
+
+def _cells(n: int) -> np.ndarray:
+    """Each of n positions' cell in a map pooled as `pool` pools it."""
+    if n <= MAX_TOKENS:
+        return np.arange(n)
+    return np.concatenate([np.full(len(p), i) for i, p in enumerate(np.array_split(np.arange(n), MAX_TOKENS))])
 
 
 def _softmax(s: np.ndarray) -> np.ndarray:
@@ -202,9 +225,12 @@ def attention_panel(call: _Call, index: int, labels: dict | None,
     weights = {n: getattr(m, n).weight._data.astype(np.float64) for n in ("q_proj", "k_proj", "v_proj")}
     biases = {n: (getattr(m, n).bias._data.astype(np.float64) if getattr(m, n).bias is not None else 0.0)
               for n in ("q_proj", "k_proj", "v_proj")}
+    group = h // m.n_kv_heads  # grouped-query: each kv head serves `group` query heads
     q = _heads(q_in @ weights["q_proj"].T + biases["q_proj"], h)  # (H, Tq, d)
-    k = _heads(k_in @ weights["k_proj"].T + biases["k_proj"], h)  # (H, Tk, d)
-    v = _heads(v_in @ weights["v_proj"].T + biases["v_proj"], h)
+    k = np.repeat(_heads(k_in @ weights["k_proj"].T + biases["k_proj"], m.n_kv_heads), group, axis=0)  # (H, Tk, d)
+    v = np.repeat(_heads(v_in @ weights["v_proj"].T + biases["v_proj"], m.n_kv_heads), group, axis=0)
+    if m.rotary is not None and call.key is call.query:  # positions rotate q and k, as the layer does
+        q, k = (m.rotary(Tensor(a), 0).numpy().astype(np.float64) for a in (q, k))
     merged_grad = call.merged.grad if call.merged is not None else None
     d_o = _heads(merged_grad._data[index].astype(np.float64), h) if merged_grad is not None else np.zeros_like(q)
     o = p @ v  # (H, Tq, d)
@@ -228,9 +254,13 @@ def attention_panel(call: _Call, index: int, labels: dict | None,
         "P": _round(pool(p, (1, 2), summed=(2,))), "dP": _round(pool(d_p, (1, 2))), "dS": _round(pool(d_s, (1, 2))),
         "dQ": _round(pool(np.linalg.norm(d_q, axis=-1), (1,))), "dK": _round(pool(np.linalg.norm(d_k, axis=-1), (1,))),
         "dV": _round(pool(np.linalg.norm(d_v, axis=-1), (1,))),
+        "window": m.window, "kv_heads": int(m.n_kv_heads), "rotary": m.rotary is not None,
     }
+    bias = _bias(call.mask, call.is_causal, tq, tk, index, h, m.window)
+    panel["seen"] = _round(pool(np.isfinite(bias[0]).astype(np.float64), (0, 1)))  # which keys each query sees
+    panel["tiles"] = kernel_tiles(int(tq), int(tk), m.head_dim, call.is_causal, m.window)
     exact = {"q": q, "k": k, "v": v, "dO": d_o, "P": p, "dQ": d_q, "dK": d_k, "dV": d_v, "scale": scale,
-             "bias": _bias(call.mask, call.is_causal, tq, tk, index, h)}
+             "bias": bias}
     return panel, exact
 
 
