@@ -1,5 +1,7 @@
 """Generation speed: ms per generated token with the key/value cache, without it, and PyTorch's sampling
-loop without a cache (nanoGPT's `generate`), the same model and weights, the same thread count.
+loop without a cache (nanoGPT's `generate`), the same model and weights, the same thread count; and with
+the cache, the same model with grouped-query attention (a quarter of the kv heads) and with a sliding
+window of 64 keys (whose cache keeps only a window's worth).
 
     python benchmarks/bench_generate.py --threads 1 2
 """
@@ -17,14 +19,14 @@ from machine import print_machine  # benchmarks/machine.py: the machine, beside 
 sys.path.insert(0, os.path.dirname(__file__))
 
 
-def build(max_len, d_model, heads, layers):
+def build(max_len, d_model, heads, layers, **variant):
     import numpy as np
 
     import tinygrad_attn as ta
 
     ta.manual_seed(0)
     model = ta.nn.CausalLM(vocab_size=65, max_len=max_len, d_model=d_model, nhead=heads, num_layers=layers,
-                           dim_feedforward=4 * d_model)
+                           dim_feedforward=4 * d_model, **variant)
     prompt = np.random.default_rng(0).integers(0, 65, (1, 8))
     return model, prompt
 
@@ -69,10 +71,16 @@ def main():
         if torch is not None:
             torch.set_num_threads(threads)
         model, prompt = build(max_len, d_model, heads, layers)
-        time_ours(model, prompt, 5, True)  # warm-up: compile and caches
-        rows = {"tinygrad_attn, KV cache": [], "tinygrad_attn, no cache": [], "torch, no cache": []}
+        grouped, _ = build(max_len, d_model, heads, layers, n_kv_heads=max(1, heads // 4))
+        windowed, _ = build(max_len, d_model, heads, layers, window=64)
+        for m in (model, grouped, windowed):
+            time_ours(m, prompt, 5, True)  # warm-up: compile and caches
+        rows = {"tinygrad_attn, KV cache": [], "tinygrad_attn, no cache": [], "torch, no cache": [],
+                f"GQA ({max(1, heads // 4)} kv heads), cache": [], "window 64, cache": []}
         for _ in range(args.rounds):
             rows["tinygrad_attn, KV cache"].append(time_ours(model, prompt, args.tokens, True))
+            rows[f"GQA ({max(1, heads // 4)} kv heads), cache"].append(time_ours(grouped, prompt, args.tokens, True))
+            rows["window 64, cache"].append(time_ours(windowed, prompt, args.tokens, True))
             rows["tinygrad_attn, no cache"].append(time_ours(model, prompt, args.tokens, False))
             if torch is not None:
                 rows["torch, no cache"].append(time_torch(model, prompt, args.tokens, max_len))
