@@ -307,12 +307,27 @@ def _name(i: int) -> str:
     return f"v{i}"
 
 
-def _value_lines(trace: Trace, first: int, upto: int, n_captured: int, offsets: list[int]) -> list[str]:
-    """Lines computing nodes first..upto (reads included; the leaves come from `_leaf_lines`)."""
+def _per_entry(trace: Trace) -> set[int]:
+    """The nodes that depend on the score or the key index: computed for each entry of a tile; the others
+    (depending on b, h and q_idx only) once per row."""
+    inner: set[int] = set()
+    for i, (op, args, _) in enumerate(trace.nodes):
+        if op in ("score", "kv") or (op == "read" and any(a in inner for a in args[1])) or any(
+                isinstance(a, int) and a in inner for a in _node_args(op, args)):
+            inner.add(i)
+    return inner
+
+
+_LEAVES = {"score": "score", "b": "b", "h": "h", "q": "q_idx", "kv": "kv_idx"}
+
+
+def _value_lines(trace: Trace, nodes: list[int], n_captured: int, offsets: list[int]) -> list[str]:
+    """Lines computing the given nodes, in order (reads included)."""
     lines = []
-    for i in range(first, upto + 1):
+    for i in nodes:
         op, args, kind = trace.nodes[i]
-        if op in ("score", "b", "h", "q", "kv"):
+        if op in _LEAVES:
+            lines.append(f"{_name(i)} = {_LEAVES[op]}")
             continue
         if op == "const":
             value = args[0]
@@ -328,8 +343,8 @@ def _value_lines(trace: Trace, first: int, upto: int, n_captured: int, offsets: 
                 at = f"x{i}_{axis}"
                 lines.append(f"{at} = {_name(node)}")
                 lines.append(f"if {at} < 0: {at} += {dim}")
-                lines.append(f"if {at} < 0 or {at} >= {dim}:")
-                lines.append(f"    grads[{n_captured}] = 1.0")
+                lines.append(f"if {at} < 0 or {at} >= {dim}:")  # flagged, read nowhere outside
+                lines.append("    bad = True")
                 lines.append(f"    {at} = 0")
                 flat.append(f"{at} * {stride}")
             lines.append(f"at{i} = {offsets[slot]}" + "".join(f" + {f}" for f in flat))
@@ -343,11 +358,6 @@ def _value_lines(trace: Trace, first: int, upto: int, n_captured: int, offsets: 
                     names = [f"DTYPE({n})" if k == _INT else n for n, k in zip(names, kinds)]
             lines.append(f"{_name(i)} = " + _VALUE[op].format(*names))
     return lines
-
-
-def _leaf_lines(trace: Trace) -> list[str]:
-    names = {"score": "np.float64(score)", "b": "b", "h": "h", "q": "q_idx", "kv": "kv_idx"}
-    return [f"{_name(i)} = {names[op]}" for i, (op, _, _) in enumerate(trace.nodes) if op in names]
 
 
 def _adjoint_lines(trace: Trace, out: int, offsets: list[int]) -> list[str]:
@@ -380,9 +390,11 @@ def modifier(mode, sp, rp, rows, width, n, b, h, q_start, k_start, cp, gp, scale
     raw = view(rp, (rows, width), DTYPE)
     cap = view(cp, ({n_values},), np.float64)
     grads = view(gp, ({n_grads},), np.float64)
+    bad = False
     if mode == SCORES:
         for i in range(rows):
             q_idx = q_start + i
+{row}
             for j in range(n):
                 kv_idx = k_start + j
                 score = s[i, j]
@@ -391,6 +403,8 @@ def modifier(mode, sp, rp, rows, width, n, b, h, q_start, k_start, cp, gp, scale
     elif mode == MASKED_SCORES:
         for i in range(rows):
             q_idx = q_start + i
+{row}
+{mask_row}
             for j in range(n):
                 kv_idx = k_start + j
                 score = s[i, j]
@@ -400,6 +414,7 @@ def modifier(mode, sp, rp, rows, width, n, b, h, q_start, k_start, cp, gp, scale
     else:
         for i in range(rows):
             q_idx = q_start + i
+{row}
             for j in range(n):
                 g = np.float64(s[i, j])
 {skip}
@@ -408,6 +423,8 @@ def modifier(mode, sp, rp, rows, width, n, b, h, q_start, k_start, cp, gp, scale
 {forward}
 {adjoint}
                 s[i, j] = scale * g * d_score if g != 0 else 0.0
+    if bad:
+        grads[{n_captured}] = 1.0
 '''
 
 
@@ -419,17 +436,27 @@ def write_source(trace: Trace, score_out: int | None, mask_out: int | None) -> s
     """The modifier's Python source (numba's subset) for the trace's score output and mask output."""
     offsets = list(np.cumsum([0] + [t._data.size for t in trace.captured]))
     n_captured = int(offsets[-1])
-    leaves = _leaf_lines(trace)
-    score_lines = leaves + (_value_lines(trace, 0, score_out, n_captured, offsets) if score_out is not None else [])
-    result = _name(score_out) if score_out is not None else "score"
+    inner = _per_entry(trace)
+    leaves = [i for i, (op, _, _) in enumerate(trace.nodes) if op in _LEAVES]  # nodes 0..4, traced first
+    score_nodes = sorted(set(leaves) | set(range(score_out + 1 if score_out is not None else 0)))
     first = 0 if score_out is None else score_out + 1  # the mask's own nodes, traced after the score's
-    mask_lines = _value_lines(trace, first, mask_out, n_captured, offsets) if mask_out is not None else []
+    mask_nodes = [i for i in range(first, mask_out + 1) if i not in leaves] if mask_out is not None else []
+
+    def split(nodes: list[int]) -> tuple[str, str]:  # (once per row, for each entry)
+        row = _value_lines(trace, [i for i in nodes if i not in inner], n_captured, offsets)
+        entry = _value_lines(trace, [i for i in nodes if i in inner], n_captured, offsets)
+        return _indent(row, 12), _indent(entry, 16)
+
+    row, forward = split(score_nodes)
+    mask_row, mask = split(mask_nodes)
+    result = _name(score_out) if score_out is not None else "score"
     kept = _name(mask_out) if mask_out is not None else "True"
     adjoint = _adjoint_lines(trace, score_out, offsets) if score_out is not None else ["d_score = 1.0"]
     learns = any(line.startswith("grads[at") for line in adjoint)  # a scatter: only where the gradient is not 0
-    return _TEMPLATE.format(n_values=max(n_captured, 1), n_grads=n_captured + 1, forward=_indent(score_lines, 16),
-                            mask=_indent(mask_lines, 16), kept=kept, result=result, adjoint=_indent(adjoint, 16),
-                            skip=_indent(["if g == 0:", "    continue"] if learns else [], 16))
+    return _TEMPLATE.format(n_values=max(n_captured, 1), n_grads=n_captured + 1, n_captured=n_captured,
+                            row=row, forward=forward, mask_row=mask_row, mask=mask, kept=kept, result=result,
+                            adjoint=_indent(adjoint, 16), skip=_indent(["if g == 0:", "    continue"] if learns else [],
+                                                                       16))
 
 
 def _maximum(a, b):
