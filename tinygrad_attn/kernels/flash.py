@@ -95,8 +95,9 @@ def scale_rows(a, factor):
 
 # The tile kernels are inlined into the two drivers (tiles.py), so these carry the tiles' fastmath flags.
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=SAFE_FASTMATH)
-def attend_query_blocks(q, k, v, variant, out, lse, gemm, part, items):
+def attend_query_blocks(q, k, k_t, v, variant, out, lse, gemm, part, items):
     """The forward for items group * n_blocks + query block, one after another: out and lse of each.
+    k_t is (scale k)^T, (P, Q / group, d, Tk), laid out once for all the query blocks (`scaled_keys`).
     `variant` is (vis, scale, bias, grid, captured, grads, modify): visibility.py's description and tile
     grid, the bias grid, and the compiled modifier with what it reads (modifiers.py)."""
     vis, scale, bias, grid, captured, grads, modify = variant
@@ -105,7 +106,7 @@ def attend_query_blocks(q, k, v, variant, out, lse, gemm, part, items):
     n_inner, tq, tk = q.shape[1], q.shape[2], k.shape[2]
     n_blocks = -(-tq // bq)
     d, d_v = q.shape[3], v.shape[3]
-    s_buf, kt_buf = np.empty((bq, bk), q.dtype), np.empty((d, bk), q.dtype)
+    s_buf = np.empty((bq, bk), q.dtype)
     state = np.empty((3, bq), q.dtype)
     m, l, alpha = state[0], state[1], state[2]  # noqa: E741  (bq,) each: the running max, sum, rescaling
     for item in items:
@@ -132,12 +133,11 @@ def attend_query_blocks(q, k, v, variant, out, lse, gemm, part, items):
             n = c1 - c0
             s_rows = rows(s_buf, 0, r1 - r0)  # (bq, bk): the tile in its first n columns, C rows for tiles.py
             s = columns(s_rows, 0, n)  # (bq, n)
-            if r1 - r0 >= FEW_ROWS:  # (scale k)^T laid out once for BLAS's fastest product: (d, bk)
-                k_t, factor = columns(kt_buf, 0, n), 1.0
-                transpose_into(rows(k_g, c0, c1), scale, k_t)
-            else:  # a few rows (one when decoding): laying k^T out would cost more than the product it speeds
-                k_t, factor = rows(k_g, c0, c1).T, scale
-            scores_into(s, q_rows, k_t, factor, columns(bias_rows, c0, c1), has_bias, gemm)
+            if r1 - r0 >= FEW_ROWS:  # (scale k)^T, laid out for BLAS's fastest product: (d, bk)
+                keys, factor = columns(k_t[a, b // group], c0, c1), 1.0
+            else:  # a few rows (one when decoding): k^T read where it lies
+                keys, factor = rows(k_g, c0, c1).T, scale
+            scores_into(s, q_rows, keys, factor, columns(bias_rows, c0, c1), has_bias, gemm)
             partial = seen[u] == PARTIAL
             if modified or (masked and partial):  # S <- score_mod(S), -inf where mask_mod hides
                 modify(MASKED_SCORES if masked and partial else SCORES, s_buf.ctypes, s_buf.ctypes, r1 - r0, bk, n,
@@ -224,9 +224,9 @@ def backward_key_ranges(grad, q, k, v, out, lse, variant, edges, dq_parts, dk, d
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
-def _forward_parallel(q, k, v, variant, out, lse, gemm, bounds, items):
+def _forward_parallel(q, k, k_t, v, variant, out, lse, gemm, bounds, items):
     for p in prange(len(bounds) - 1):
-        attend_query_blocks(q, k, v, variant, out, lse, gemm, p, items[bounds[p]:bounds[p + 1]])
+        attend_query_blocks(q, k, k_t, v, variant, out, lse, gemm, p, items[bounds[p]:bounds[p + 1]])
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
@@ -258,6 +258,17 @@ class Variant:
 
 
 _FULL, _CAUSAL = Variant(), Variant(hi=0)
+
+
+def scaled_keys(k, scale, tq):
+    """(scale k)^T, (P, Q, d, Tk) contiguous, in reused memory: every query block's products read it where it
+    lies, as transpose_into lays out a key tile in the backward (the same values: S - lse <= 0 exactly). Not
+    needed (empty) when every query block has fewer than FEW_ROWS rows."""
+    if tq < FEW_ROWS:
+        return np.empty(k.shape[:2] + (k.shape[3], 0), k.dtype)
+    k_t = buffers.empty(k.shape[:2] + (k.shape[3], k.shape[2]), k.dtype)
+    np.multiply(np.swapaxes(k, 2, 3), k.dtype.type(scale), out=k_t)
+    return k_t
 
 
 def _bias(bias, shape, dtype):
@@ -325,7 +336,7 @@ def flash_attention_forward(q, k, v, scale, variant, bias, captured=None):
     vis, bias, grid, values, grads, modify = _kernel_variant(variant, q, tk, tile, grid, bias, captured, 1)
     kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads, modify)
     parallel.run_plan(_forward_parallel, attend_query_blocks, forward_plan(lead, grid, tile, tq, tk, threads),
-                      q, k, v, kernel_variant, out, lse, gemm_for(q.dtype))
+                      q, k, scaled_keys(k, scale, tq), v, kernel_variant, out, lse, gemm_for(q.dtype))
     _checked(grads, variant)
     return out, lse
 
