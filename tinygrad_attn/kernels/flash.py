@@ -97,7 +97,8 @@ def scale_rows(a, factor):
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=SAFE_FASTMATH)
 def attend_query_blocks(q, k, k_t, v, variant, out, lse, gemm, part, items):
     """The forward for items group * n_blocks + query block, one after another: out and lse of each.
-    k_t is (scale k)^T, (P, Q / group, d, Tk), laid out once for all the query blocks (`scaled_keys`).
+    k_t holds each key tile's (scale k)^T, (P, Q / group, key tiles, d, bk), laid out once for all the query
+    blocks (`scaled_keys`).
     `variant` is (vis, scale, bias, grid, captured, grads, modify): visibility.py's description and tile
     grid, the bias grid, and the compiled modifier with what it reads (modifiers.py)."""
     vis, scale, bias, grid, captured, grads, modify = variant
@@ -134,7 +135,7 @@ def attend_query_blocks(q, k, k_t, v, variant, out, lse, gemm, part, items):
             s_rows = rows(s_buf, 0, r1 - r0)  # (bq, bk): the tile in its first n columns, C rows for tiles.py
             s = columns(s_rows, 0, n)  # (bq, n)
             if r1 - r0 >= FEW_ROWS:  # (scale k)^T, laid out for BLAS's fastest product: (d, bk)
-                keys, factor = columns(k_t[a, b // group], c0, c1), 1.0
+                keys, factor = columns(k_t[a, b // group, u], 0, n), 1.0
             else:  # a few rows (one when decoding): k^T read where it lies
                 keys, factor = rows(k_g, c0, c1).T, scale
             scores_into(s, q_rows, keys, factor, columns(bias_rows, c0, c1), has_bias, gemm)
@@ -260,14 +261,21 @@ class Variant:
 _FULL, _CAUSAL = Variant(), Variant(hi=0)
 
 
-def scaled_keys(k, scale, tq):
-    """(scale k)^T, (P, Q, d, Tk) contiguous, in reused memory: every query block's products read it where it
-    lies, as transpose_into lays out a key tile in the backward (the same values: S - lse <= 0 exactly). Not
-    needed (empty) when every query block has fewer than FEW_ROWS rows."""
+def scaled_keys(k, scale, tq, bk):
+    """Each key tile's (scale k)^T, (P, Q, key tiles, d, bk), in reused memory: every query block's products
+    read a tile where it lies, contiguous (rows Tk apart would share cache sets), with the values
+    transpose_into lays out in the backward (so that S - lse <= 0 exactly). Empty when every query block has
+    fewer than FEW_ROWS rows (they read k^T in place)."""
+    p, n, tk, d = k.shape
     if tq < FEW_ROWS:
-        return np.empty(k.shape[:2] + (k.shape[3], 0), k.dtype)
-    k_t = buffers.empty(k.shape[:2] + (k.shape[3], k.shape[2]), k.dtype)
-    np.multiply(np.swapaxes(k, 2, 3), k.dtype.type(scale), out=k_t)
+        return np.empty((p, n, 0, d, bk), k.dtype)
+    whole, rest = divmod(tk, bk)
+    k_t, factor = buffers.empty((p, n, whole + (rest > 0), d, bk), k.dtype), k.dtype.type(scale)
+    if whole:
+        tiles = k[:, :, :whole * bk].reshape(p, n, whole, bk, d)  # a view when k's rows allow, else a copy
+        np.multiply(np.swapaxes(tiles, 3, 4), factor, out=k_t[:, :, :whole])
+    if rest:
+        np.multiply(np.swapaxes(k[:, :, whole * bk:], 2, 3), factor, out=k_t[:, :, whole, :, :rest])
     return k_t
 
 
@@ -336,7 +344,7 @@ def flash_attention_forward(q, k, v, scale, variant, bias, captured=None):
     vis, bias, grid, values, grads, modify = _kernel_variant(variant, q, tk, tile, grid, bias, captured, 1)
     kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads, modify)
     parallel.run_plan(_forward_parallel, attend_query_blocks, forward_plan(lead, grid, tile, tq, tk, threads),
-                      q, k, scaled_keys(k, scale, tq), v, kernel_variant, out, lse, gemm_for(q.dtype))
+                      q, k, scaled_keys(k, scale, tq, tile[1]), v, kernel_variant, out, lse, gemm_for(q.dtype))
     _checked(grads, variant)
     return out, lse
 
