@@ -59,15 +59,23 @@ def share_work_among_threads(patch, n: int, products: str = "blas") -> None:
     patch.setattr(parallel, "blas_threads", lambda: 1)
     patch.setattr(parallel, "_num_threads", n)
     if products == "loops":
-        patch.setattr(flash, "gemm_for", lambda dtype: None)
+        patch.setattr(flash, "kernel_gemm", lambda dtype: (None, True))
 
 
-def products_on_numba_threads(patch, blas_threads: int = 2) -> list:
+def products_on_numba_threads(patch, blas_threads: int = 2, private: bool = False) -> list:
     """With `patch` (a pytest MonkeyPatch), matrix products are cut into blocks on numba's threads however
-    small, as by default on 3 CPUs (blas_threads > 1: blocks of at most 8 multiply-adds, so that every
-    product crosses many blocks and chunks of its inner dimension) or after ta.set_num_threads(3)
-    (blas_threads 1: one whole block per thread); returns the list that records each such product."""
+    small, as by default on 3 CPUs without a private OpenBLAS copy (blas_threads > 1: blocks of at most 8
+    multiply-adds, so that every product crosses many blocks and chunks of its inner dimension), or after
+    ta.set_num_threads(3) (blas_threads 1), or by default with the private copy (`private`): one whole block
+    per thread; returns the list that records each such product."""
     from tinygrad_attn.kernels import blas, parallel
+
+    def kernel_gemm(dtype):
+        if blas_threads == 1:
+            return blas.gemm_for(dtype), True
+        return (blas._private_gemm(dtype), True) if private else (blas.gemm_for(dtype), False)
+
+    patch.setattr(parallel, "kernel_gemm", kernel_gemm)
 
     calls = []
     patch.setattr(parallel, "MIN_PRODUCT_WORK", 0)

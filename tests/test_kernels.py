@@ -6,6 +6,7 @@ fallback of every kernel is checked too.
 
 import math
 import re
+import time
 
 import numpy as np
 import pytest
@@ -233,21 +234,25 @@ LAYOUTS = st.sampled_from(["row-major", "transposed", "reversed", "strided"])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("blas_threads", [1, 2])
+@pytest.mark.parametrize("blas_threads, private", [(1, False), (2, False), (2, True)])
 @given(n=st.integers(0, 9), k=st.integers(0, 20), m=st.integers(0, 6), a_how=LAYOUTS, b_how=LAYOUTS,
        seed=st.integers(0, 2**16))
-def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, blas_threads, n, k, m, a_how, b_how, seed):
+def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, blas_threads, private, n, k, m, a_how, b_how,
+                                               seed):
     """row_split_matmul's blocks, each a BLAS call from numba's threads (small blocks adding up chunks of the
-    inner dimension when BLAS has threads of its own, whole blocks when it has one), against numpy's a @ b,
-    for every layout; a layout BLAS cannot be told about (reversed, strided, empty) takes numpy's path."""
+    inner dimension when BLAS has threads of its own, whole blocks when it has one or when the private copy
+    of OpenBLAS runs them), against numpy's a @ b, for every layout; a layout BLAS cannot be told about
+    (reversed, strided, empty) takes numpy's path."""
+    if private and blas.private_openblas() is None:
+        pytest.skip("no private OpenBLAS copy here")
     rng = np.random.default_rng(seed)
     a, b = _view(rng, (n, k), dtype, a_how), _view(rng, (k, m), dtype, b_how)
     with monkeypatch.context() as mp:  # per example: the record starts empty
-        calls = products_on_numba_threads(mp, blas_threads)
+        calls = products_on_numba_threads(mp, blas_threads, private)
         got = parallel.row_split_matmul(a, b)
     np.testing.assert_allclose(got, a @ b, **tol(dtype))
     describable = all(_blas_can_read(x, h) for x, h in ((a, a_how), (b, b_how))) and min(n, k, m) > 0
-    if n > 1 and describable and parallel._safe_numba_layer() and parallel.gemm_for(np.dtype(dtype)) is not None:
+    if n > 1 and describable and parallel._safe_numba_layer() and parallel.kernel_gemm(np.dtype(dtype))[0] is not None:
         assert calls
     if not describable:
         assert not calls
@@ -281,6 +286,30 @@ def test_column_sums_equal_numpy(monkeypatch, dtype, blas_threads, n, m, how, se
     got = parallel.column_sums(a)
     assert got.shape == (m,) and got.dtype == dtype
     np.testing.assert_allclose(got, a.sum(axis=0), **tol(dtype))
+
+
+def test_the_private_openblas_copy_leaves_numpys_as_it_was():
+    """By default the library's large products go to a private copy of numpy's OpenBLAS set to one thread: a
+    whole product there runs on its caller alone (process CPU time about its wall time), and numpy's OpenBLAS
+    keeps its own thread count."""
+    import resource
+
+    if blas.private_openblas() is None or blas.openblas() is None:
+        pytest.skip("no OpenBLAS copy here")
+    before = blas.blas_threads()
+    gemm = blas._private_gemm(np.dtype(np.float32))
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(512, 256)).astype(np.float32), rng.normal(size=(256, 512)).astype(np.float32)
+    out = np.empty((512, 512), np.float32)
+    blas.matmul_blocks(a, b, out, 512, 512, 256, gemm, 0, 1)  # one whole block: 2^26 multiply-adds
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-3)
+    usage = lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])  # noqa: E731
+    time.sleep(0.5)  # threads that spin after earlier work (numpy's OpenBLAS, numba's) go to sleep first
+    wall, cpu = time.perf_counter(), usage()
+    for _ in range(100):
+        blas.matmul_blocks(a, b, out, 512, 512, 256, gemm, 0, 1)
+    assert usage() - cpu < 1.5 * (time.perf_counter() - wall) + 0.05  # one thread at work, not two
+    assert blas.blas_threads() == before
 
 
 def test_products_on_numba_threads_refuse_mismatched_shapes(monkeypatch):

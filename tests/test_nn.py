@@ -33,7 +33,7 @@ def products(request, monkeypatch):
 def _check_products_ran(products, rows):
     """With numba's threads in use, a product of several rows went through them (not without a JIT); the
     record is emptied after, since the fixture lives across hypothesis's examples."""
-    threads = parallel._safe_numba_layer() and parallel.gemm_for(np.dtype(np.float64)) is not None
+    threads = parallel._safe_numba_layer() and parallel.kernel_gemm(np.dtype(np.float64))[0] is not None
     if products is not None and rows > 1 and threads:
         assert products
     if products is not None:

@@ -10,6 +10,13 @@ numba (NUMBA_DISABLE_JIT=1), `matmul_into`'s plain definition runs: numpy's `@`.
 
 OpenBLAS runs a product on one thread when m n k <= 2^18 (`ONE_THREAD_PRODUCT`), whatever its thread
 count: the tiles of flash attention are sized under that, so that many threads may call it at once.
+
+By default numpy's OpenBLAS runs larger products on all its threads, which would run beside numba's and
+spin after their work; its thread count is the process's, which the library never changes unasked. So
+the library's own large products go to a private copy of the same OpenBLAS (`private_openblas`: the file
+copied once into the temporary directory and loaded on its own, with its own thread count, set to one),
+where numba's threads can each run a whole part of a product with OpenBLAS's fastest kernels
+(`kernel_gemm`). numpy's OpenBLAS and its thread count stay as they were.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ import ctypes
 import functools
 import glob
 import os
+import shutil
+import tempfile
+import threading
 
 import numpy as np
 from llvmlite import ir
@@ -48,8 +58,8 @@ def openblas() -> ctypes.CDLL | None:
     return None
 
 
-def _function(names: tuple[str, ...], argtypes: list, restype):
-    library = openblas()
+def _function(names: tuple[str, ...], argtypes: list, restype, library=None):
+    library = openblas() if library is None else library
     for name in names:
         function = getattr(library, name, None) if library is not None else None
         if function is not None:
@@ -58,19 +68,70 @@ def _function(names: tuple[str, ...], argtypes: list, restype):
     return None
 
 
+def _GEMM_ARGS(dtype: np.dtype) -> list:  # noqa: N802
+    real = ctypes.c_float if np.dtype(dtype) == np.float32 else ctypes.c_double
+    i64 = ctypes.c_int64  # the pointers too: numba passes them as addresses, the same in the 64-bit ABI
+    return [ctypes.c_int, ctypes.c_int, ctypes.c_int, i64, i64, i64, real, i64, i64, i64, i64, real, i64, i64]
+
+
 @functools.cache
 def gemm_for(dtype: np.dtype):
     """numpy's BLAS `?gemm` for dtype as a ctypes function compiled kernels can call, or None."""
-    dtype = np.dtype(dtype)
-    real = ctypes.c_float if dtype == np.float32 else ctypes.c_double
-    i64 = ctypes.c_int64  # the pointers too: numba passes them as addresses, the same in the 64-bit ABI
-    return _function(_GEMM_NAMES.get(dtype, ()), [ctypes.c_int, ctypes.c_int, ctypes.c_int, i64, i64, i64, real, i64,
-                                                  i64, i64, i64, real, i64, i64], None)
+    return _function(_GEMM_NAMES.get(np.dtype(dtype), ()), _GEMM_ARGS(dtype), None)
 
 
 @functools.cache
 def _thread_functions():
     return _function(_GET_THREADS, [], ctypes.c_int), _function(_SET_THREADS, [ctypes.c_int], None)
+
+
+_private_lock = threading.Lock()
+
+
+@functools.cache
+def private_openblas() -> ctypes.CDLL | None:
+    """A copy of numpy's OpenBLAS loaded on its own (its own globals: thread count, buffers), set to one
+    thread; None if there is none or it cannot be made. The file is copied once per user into the temporary
+    directory (named by the original's size and time, written whole before it is renamed into place)."""
+    library = openblas()
+    source = getattr(library, "_name", None)
+    if source is None:
+        return None
+    with _private_lock:
+        try:
+            info = os.stat(source)
+            folder = os.path.join(tempfile.gettempdir(), f"tinygrad_attn-{os.getuid() if hasattr(os, 'getuid') else 0}")
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            path = os.path.join(folder, f"private-{info.st_size}-{int(info.st_mtime)}-{os.path.basename(source)}")
+            if not os.path.exists(path) or os.path.getsize(path) != info.st_size:
+                partial = f"{path}.{os.getpid()}.part"
+                shutil.copyfile(source, partial)
+                os.replace(partial, path)
+            private = ctypes.CDLL(path, mode=getattr(os, "RTLD_LOCAL", 0))
+        except OSError:
+            return None
+        for name in _SET_THREADS:
+            setter = getattr(private, name, None)
+            if setter is not None:
+                setter.argtypes, setter.restype = [ctypes.c_int], None
+                setter(1)
+                return private
+    return None
+
+
+@functools.cache
+def _private_gemm(dtype: np.dtype):
+    return _function(_GEMM_NAMES.get(np.dtype(dtype), ()), _GEMM_ARGS(dtype), None, private_openblas())
+
+
+def kernel_gemm(dtype: np.dtype) -> tuple[object, bool]:
+    """(gemm, alone): the `?gemm` the library's products call, and whether it runs any product on its caller
+    (numpy's when its OpenBLAS is on one thread, else the private copy's; numpy's `gemm_for` with alone False
+    if no copy could be made: products are then cut into blocks of at most ONE_THREAD_PRODUCT)."""
+    if blas_threads() == 1:
+        return gemm_for(dtype), True
+    private = _private_gemm(dtype)
+    return (private, True) if private is not None else (gemm_for(dtype), False)
 
 
 def blas_threads() -> int | None:

@@ -41,7 +41,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import SAFE_FASTMATH, buffers, parallel
-from .blas import gemm_for, matmul_into
+from .blas import kernel_gemm, matmul_into
 from .layout import backward_plan, dense_rows, forward_plan, new_like, rows_apart, tile_shape
 from .modifiers import MASKED_SCORES, PULL_BACK, SCORES, unmodified
 from .tiles import exp_shifted, online_softmax, score_gradient
@@ -106,7 +106,7 @@ def attend_query_blocks(q, k, k_t, v, variant, out, lse, gemm, part, items):
     modified, masked = vis[MODIFIED] != 0, vis[MASKED] != 0
     n_inner, tq, tk = q.shape[1], q.shape[2], k.shape[2]
     n_blocks = -(-tq // bq)
-    d, d_v = q.shape[3], v.shape[3]
+    d_v = v.shape[3]
     s_buf = np.empty((bq, bk), q.dtype)
     state = np.empty((3, bq), q.dtype)
     m, l, alpha = state[0], state[1], state[2]  # noqa: E741  (bq,) each: the running max, sum, rescaling
@@ -344,7 +344,7 @@ def flash_attention_forward(q, k, v, scale, variant, bias, captured=None):
     vis, bias, grid, values, grads, modify = _kernel_variant(variant, q, tk, tile, grid, bias, captured, 1)
     kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads, modify)
     parallel.run_plan(_forward_parallel, attend_query_blocks, forward_plan(lead, grid, tile, tq, tk, threads),
-                      q, k, scaled_keys(k, scale, tq, tile[1]), v, kernel_variant, out, lse, gemm_for(q.dtype))
+                      q, k, scaled_keys(k, scale, tq, tile[1]), v, kernel_variant, out, lse, kernel_gemm(q.dtype)[0])
     _checked(grads, variant)
     return out, lse
 
@@ -366,7 +366,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, variant, bias, 
                                                                len(plan[0]) - 1)
     kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads_c, modify)
     parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, out, lse, kernel_variant,
-                      edges, dq_parts, dk, dv, gemm_for(q.dtype))
+                      edges, dq_parts, dk, dv, kernel_gemm(q.dtype)[0])
     if n_ranges > 1:
         dq_parts.sum(axis=0, out=dq)
     for summed, to in ((dk, dk_to), (dv, dv_to)):

@@ -39,7 +39,7 @@ from .blas import (
     ONE_THREAD_PRODUCT,
     blas_operand,
     blas_threads,
-    gemm_for,
+    kernel_gemm,
     matmul_blocks,
     matmul_blocks_parallel,
     product_blocks,
@@ -215,15 +215,15 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if work <= ONE_THREAD_PRODUCT:  # one block: BLAS runs it on this thread
         return np.matmul(a, b, out=out)
     n = threads_for(work, MIN_PRODUCT_WORK)
-    blas_alone = blas_threads() == 1
-    if n <= 1 and blas_alone:
+    if n <= 1 and blas_threads() == 1:
         return np.matmul(a, b, out=out)
-    if n <= 1 and work <= FEW_BLOCKS * ONE_THREAD_PRODUCT and k * n_cols <= ONE_THREAD_PRODUCT:
+    gemm, blas_alone = kernel_gemm(a.dtype)
+    if n <= 1 and not blas_alone and work <= FEW_BLOCKS * ONE_THREAD_PRODUCT and k * n_cols <= ONE_THREAD_PRODUCT:
         step = ONE_THREAD_PRODUCT // (k * n_cols)  # whole rows: numpy's `@` per block, faster than a kernel call
         for r0 in range(0, m, step):
             np.matmul(a[r0:r0 + step], b, out=out[r0:r0 + step])
         return out
-    gemm, a_operand, b_operand = gemm_for(a.dtype), blas_operand(a), blas_operand(b)
+    a_operand, b_operand = blas_operand(a), blas_operand(b)
     if gemm is None or a_operand is None or b_operand is None:
         return np.matmul(a, b, out=out)
     rows, cols, depth = (product_parts(m, k, n_cols, n) if blas_alone else
