@@ -276,13 +276,17 @@ def test_products_on_the_calling_thread_equal_numpy(monkeypatch, dtype, n, k, m,
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("blas_threads", [1, 2])
+@pytest.mark.parametrize("blas_threads, private", [(1, False), (2, True), (2, False)])
 @given(n=st.integers(0, 9), m=st.integers(0, 6), how=LAYOUTS, seed=st.integers(0, 2**16))
-def test_column_sums_equal_numpy(monkeypatch, dtype, blas_threads, n, m, how, seed):
-    """A Linear's bias gradient, sum over rows, by BLAS's gemv (BLAS on one thread) or numpy's sum, for every
-    layout, empty included."""
+def test_column_sums_equal_numpy(monkeypatch, dtype, blas_threads, private, n, m, how, seed):
+    """A Linear's bias gradient, sum over rows, by a BLAS product with ones (numpy's BLAS on one thread, or
+    the private copy) or numpy's sum (neither), for every layout, empty included."""
     a = _view(np.random.default_rng(seed), (n, m), dtype, how)
     monkeypatch.setattr(parallel, "blas_threads", lambda: blas_threads)
+    if blas_threads > 1:
+        gemm = blas._private_gemm(np.dtype(dtype)) if private else None
+        monkeypatch.setattr(parallel, "kernel_gemm", lambda d: (gemm, True) if gemm is not None else
+                            (blas.gemm_for(d), False))
     got = parallel.column_sums(a)
     assert got.shape == (m,) and got.dtype == dtype
     np.testing.assert_allclose(got, a.sum(axis=0), **tol(dtype))

@@ -238,12 +238,19 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def column_sums(a: np.ndarray) -> np.ndarray:
-    """a (N, M) summed over its rows, (M,): BLAS's gemv (ones @ a, faster than numpy's sum at these
-    sizes: docs/performance.md) when BLAS runs on one thread, else numpy's sum (a gemv that size would start BLAS's own
-    threads beside numba's)."""
-    if blas_threads() == 1 and a.dtype in (np.float32, np.float64):
+    """a (N, M) summed over its rows, (M,): BLAS's product ones (1, N) @ a (faster than numpy's sum at these
+    sizes: docs/performance.md) when a BLAS runs it on the calling thread (numpy's on one thread, or the
+    private copy), else numpy's sum (a product that size would start BLAS's own threads beside numba's)."""
+    if a.dtype not in (np.float32, np.float64) or a.ndim != 2:
+        return a.sum(axis=0)
+    if blas_threads() == 1:
         return np.ones(a.shape[0], a.dtype) @ a
-    return a.sum(axis=0)
+    gemm, alone = kernel_gemm(a.dtype)
+    if gemm is None or not alone or blas_operand(a) is None or 0 in a.shape:
+        return a.sum(axis=0)
+    out = np.empty((1, a.shape[1]), a.dtype)
+    any_layout(matmul_blocks)(np.ones((1, a.shape[0]), a.dtype), a, out, 1, a.shape[1], a.shape[0], gemm, 0, 1)
+    return out[0]
 
 
 # --- starting numba's threads: once, safely, leaving the process as it was -------------------------
