@@ -359,7 +359,7 @@ def test_no_python_runs_inside_attentions_parallel_work(monkeypatch):
     the GIL until the deadline. numba's launcher itself takes the GIL for a moment at every launch (its
     gufunc wrapper), so the GIL is held only once the parts are under way; the worker thread makes one call
     first, in which numba sets up that thread's team."""
-    from tinygrad_attn.kernels import flash, layout, modifiers, visibility
+    from tinygrad_attn.kernels import flash, layout, visibility
 
     if not parallel._numba_ready():
         pytest.skip("numba has no threading layer that several Python threads may call here")
@@ -372,8 +372,9 @@ def test_no_python_runs_inside_attentions_parallel_work(monkeypatch):
     out, lse = np.empty_like(q), np.full((1, 4, 2048), np.nan, np.float32)
     variant = (visibility.describe(*visibility.band(True), 1, False, False, False, tile), np.float32(0.2),
                np.broadcast_to(np.zeros((1, 1, 1, 1), np.float32), (1, 4, 2048, 2048)), grid, np.zeros(1),
-               np.zeros((2, 2)), modifiers.unmodified(np.float32))
-    args = (q, k, flash.scaled_keys(k, 0.2, 2048, tile[1]), v, variant, out, lse, flash.kernel_gemm(q.dtype)[0], *plan)
+               np.zeros((2, 2)))
+    args = (q, k, flash.scaled_keys(k, 0.2, 2048, tile[1]), v, variant, None, out, lse, flash.kernel_gemm(q.dtype)[0],
+            *plan)
     kernel = parallel.any_layout(flash._forward_parallel)
     kernel(*args)  # compiled before the clock starts
     ready, go, done = threading.Event(), threading.Event(), []

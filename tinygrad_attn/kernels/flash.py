@@ -43,9 +43,9 @@ from numba import njit, prange
 from . import SAFE_FASTMATH, buffers, parallel
 from .blas import kernel_gemm, matmul_into
 from .layout import backward_plan, dense_rows, forward_plan, new_like, rows_apart, tile_shape
-from .modifiers import MASKED_SCORES, PULL_BACK, SCORES, unmodified
+from .modifiers import MASKED_SCORES, PULL_BACK, SCORES
 from .tiles import exp_shifted, online_softmax, score_gradient
-from .vector import minimum
+from .vector import minimum, never_inline
 from .views import columns, rows
 from .visibility import (
     EMPTY,
@@ -85,6 +85,23 @@ def scores_into(s, q_rows, k_t, factor, bias, has_bias, gemm):
                 s[i, j] += bias[i, j]
 
 
+@njit(cache=True, nogil=True)
+def apply_modifier(modify, mode, s, raw, n_rows, n, a, b, q_start, k_start, captured, grads, scale):
+    """The compiled modifier on a tile (modifiers.py's call): s and raw (bq, bk) scratch tiles, of which n_rows x n
+    hold the tile of batch entry a, head b, from query q_start and key k_start."""
+    never_inline()  # one compiled call, not one per call site of the two drivers
+    modify(mode, s.ctypes, raw.ctypes, n_rows, s.shape[1], n, a, b, q_start, k_start, captured.ctypes, grads.ctypes,
+           scale)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def copy_tile(src, dst, n_rows, n):
+    """dst[:n_rows, :n] <- src[:n_rows, :n] (loops: a slice assignment compiles numba's broadcasting code)."""
+    for i in range(n_rows):
+        for j in range(n):
+            dst[i, j] = src[i, j]
+
+
 @njit(cache=True, nogil=True, inline="always")
 def scale_rows(a, factor):
     """a (r, c) <- a * factor[:, None] (loops: numba's array expressions take longer to compile)."""
@@ -95,13 +112,14 @@ def scale_rows(a, factor):
 
 # The tile kernels are inlined into the two drivers (tiles.py), so these carry the tiles' fastmath flags.
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=SAFE_FASTMATH)
-def attend_query_blocks(q, k, k_t, v, variant, out, lse, gemm, part, items):
+def attend_query_blocks(q, k, k_t, v, variant, modify, out, lse, gemm, part, items):
     """The forward for items group * n_blocks + query block, one after another: out and lse of each.
     k_t holds each key tile's (scale k)^T, (P, Q / group, key tiles, d, bk), laid out once for all the query
     blocks (`scaled_keys`).
-    `variant` is (vis, scale, bias, grid, captured, grads, modify): visibility.py's description and tile
-    grid, the bias grid, and the compiled modifier with what it reads (modifiers.py)."""
-    vis, scale, bias, grid, captured, grads, modify = variant
+    `variant` is (vis, scale, bias, grid, captured, grads): visibility.py's description and tile grid, the
+    bias grid, and what the compiled modifier `modify` reads and writes (modifiers.py); modify None: no
+    modifier (numba then compiles no modifier call at all)."""
+    vis, scale, bias, grid, captured, grads = variant
     lo, hi, group, has_bias, bq, bk = vis[LO], vis[HI], vis[GROUP], vis[HAS_BIAS] != 0, vis[ROWS], vis[KEYS]
     modified, masked = vis[MODIFIED] != 0, vis[MASKED] != 0
     n_inner, tq, tk = q.shape[1], q.shape[2], k.shape[2]
@@ -140,11 +158,11 @@ def attend_query_blocks(q, k, k_t, v, variant, out, lse, gemm, part, items):
                 keys, factor = rows(k_g, c0, c1).T, scale
             scores_into(s, q_rows, keys, factor, columns(bias_rows, c0, c1), has_bias, gemm)
             partial = seen[u] == PARTIAL
-            if modified or (masked and partial):  # S <- score_mod(S), -inf where mask_mod hides
-                modify(MASKED_SCORES if masked and partial else SCORES, s_buf.ctypes, s_buf.ctypes, r1 - r0, bk, n,
-                       a, b, r0, c0, captured.ctypes, grads[part].ctypes, 0.0)
-            t_lo, t_hi = (lo, hi) if partial else (-UNBOUNDED, UNBOUNDED)  # a full tile needs no row limits
-            online_softmax(s_rows, n, m, l, alpha, r0, c0, t_lo, t_hi, u == last)  # S <- P = exp(S - m'), ..
+            if modify is not None:  # S <- score_mod(S), -inf where mask_mod hides
+                if modified or (masked and partial):
+                    apply_modifier(modify, MASKED_SCORES if masked and partial else SCORES, s_buf, s_buf, r1 - r0, n,
+                                   a, b, r0, c0, captured, grads[part], 0.0)
+            online_softmax(s_rows, n, m, l, alpha, r0, c0, lo, hi, u == last)  # S <- P = exp(S - m'), ..
             if started:
                 scale_rows(out_rows, alpha)  # out alpha (nothing to rescale before the first product)
             v_tile = rows(v_g, c0, c1)  # (bk, dv)
@@ -156,11 +174,11 @@ def attend_query_blocks(q, k, k_t, v, variant, out, lse, gemm, part, items):
             for c in range(0 if started else d_v):  # no key tile at all: no product wrote the output
                 out_rows[i, c] = 0
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=SAFE_FASTMATH)
-def backward_key_ranges(grad, q, k, v, out, lse, variant, edges, dq_parts, dk, dv, gemm, part, items):
+def backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_parts, dk, dv, gemm, part, items):
     """The backward for items group * n_ranges + key range, one after another: dK and dV of the range's
     keys added into dk and dv (one per query head), dQ into dq_parts[range], the captured values' gradients
     into variant's grads[part] (all zero-filled)."""
-    vis, scale, bias, grid, captured, grads, modify = variant
+    vis, scale, bias, grid, captured, grads = variant
     lo, hi, group, has_bias, bq, bk = vis[LO], vis[HI], vis[GROUP], vis[HAS_BIAS] != 0, vis[ROWS], vis[KEYS]
     modified, masked = vis[MODIFIED] != 0, vis[MASKED] != 0
     n_inner, tq, tk, n_ranges = q.shape[1], q.shape[2], k.shape[2], len(edges) - 1
@@ -205,35 +223,36 @@ def backward_key_ranges(grad, q, k, v, out, lse, variant, edges, dq_parts, dk, d
                     scores_into(s, q_rows, k_t, 1.0, columns(rows(bias_g, r0, r1), c0, c1), has_bias, gemm)
                 else:
                     scores_into(s, q_rows, k_tile.T, scale, columns(rows(bias_g, r0, r1), c0, c1), has_bias, gemm)
-                if modified:
-                    columns(rows(raw_buf, 0, r1 - r0), 0, n)[:, :] = s
-                if modified or (masked and partial):  # S <- score_mod(S), -inf where mask_mod hides
-                    modify(MASKED_SCORES if masked and partial else SCORES, s_buf.ctypes, s_buf.ctypes, r1 - r0,
-                           bk, n, a, b, r0, c0, captured.ctypes, grads[part].ctypes, 0.0)
+                if modify is not None:
+                    if modified:
+                        copy_tile(s_buf, raw_buf, r1 - r0, n)
+                    if modified or (masked and partial):  # S <- score_mod(S), -inf where mask_mod hides
+                        apply_modifier(modify, MASKED_SCORES if masked and partial else SCORES, s_buf, s_buf, r1 - r0,
+                                       n, a, b, r0, c0, captured, grads[part], 0.0)
                 for i in range(r1 - r0):  # contiguous, like the forward's m: exp_shifted compiles one version
                     lse_rows[i] = lse[a, b, r0 + i]
-                t_lo, t_hi = (lo, hi) if partial else (-UNBOUNDED, UNBOUNDED)
-                exp_shifted(s_rows, n, lse_rows, r0, c0, t_lo, t_hi)  # S <- P = exp(S - lse)
+                exp_shifted(s_rows, n, lse_rows, r0, c0, lo, hi)  # S <- P = exp(S - lse)
                 matmul_into(s.T, d_out, dv_tile, 1.0, 1.0, gemm)  # dV += P^T dO: (bk, bq) (bq, dv)
                 matmul_into(d_out, v_t, dp, 1.0, 0.0, gemm)  # dP = dO v^T: (bq, dv) (dv, bk)
                 score_gradient(s_rows, dp_rows, n, rows(delta, r0, r1), score_factor)  # dP <- dS = P * (dP - delta)
-                if modified:  # dS <- scale dS score_mod'(S); the captured values' gradients
-                    modify(PULL_BACK, dp_buf.ctypes, raw_buf.ctypes, r1 - r0, bk, n, a, b, r0, c0, captured.ctypes,
-                           grads[part].ctypes, scale)
+                if modify is not None:
+                    if modified:  # dS <- scale dS score_mod'(S); the captured values' gradients
+                        apply_modifier(modify, PULL_BACK, dp_buf, raw_buf, r1 - r0, n, a, b, r0, c0, captured,
+                                       grads[part], scale)
                 matmul_into(dp, k_tile, rows(dq_g, r0, r1), 1.0, 1.0, gemm)  # dQ += scale dS k: (bq, bk) (bk, d)
                 matmul_into(dp.T, q_rows, dk_tile, 1.0, 1.0, gemm)  # dK += scale dS^T q: (bk, bq) (bq, d)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
-def _forward_parallel(q, k, k_t, v, variant, out, lse, gemm, bounds, items):
+def _forward_parallel(q, k, k_t, v, variant, modify, out, lse, gemm, bounds, items):
     for p in prange(len(bounds) - 1):
-        attend_query_blocks(q, k, k_t, v, variant, out, lse, gemm, p, items[bounds[p]:bounds[p + 1]])
+        attend_query_blocks(q, k, k_t, v, variant, modify, out, lse, gemm, p, items[bounds[p]:bounds[p + 1]])
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
-def _backward_parallel(grad, q, k, v, out, lse, variant, edges, dq_parts, dk, dv, gemm, bounds, items):
+def _backward_parallel(grad, q, k, v, out, lse, variant, modify, edges, dq_parts, dk, dv, gemm, bounds, items):
     for p in prange(len(bounds) - 1):
-        backward_key_ranges(grad, q, k, v, out, lse, variant, edges, dq_parts, dk, dv, gemm, p,
+        backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_parts, dk, dv, gemm, p,
                             items[bounds[p]:bounds[p + 1]])
 
 
@@ -315,13 +334,12 @@ def _plan_of(q, k, v, variant):
 
 
 def _kernel_variant(variant, q, tk, tile, grid, bias, captured, parts):
-    """The kernels' `variant` tuple: (vis, scale, bias, grid, captured, grads, modify); grads (parts, C + 1)."""
+    """(vis, bias, grid, captured, grads): the kernels' `variant` tuple but the scale; grads (parts, C + 1)."""
     bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
     vis = describe(variant.lo, variant.hi, variant.group, has_bias, variant.modify is not None, variant.masked, tile)
     values = np.zeros(1) if captured is None else captured
     grads = np.zeros((parts, len(values) + 1))
-    modify = variant.modify if variant.modify is not None else unmodified(q.dtype)
-    return vis, bias, grid, values, grads, modify
+    return vis, bias, grid, values, grads
 
 
 def _checked(grads, variant):
@@ -341,10 +359,11 @@ def flash_attention_forward(q, k, v, scale, variant, bias, captured=None):
     out, lse = new_like(q, v.shape[3]), buffers.empty(q.shape[:3], q.dtype)  # out laid out like the q given
     lead, tq, tk, tile, threads, reused, grid = _plan_of(q, k, v, variant)
     q, k, v = dense_rows(q, reused), dense_rows(k, reused), dense_rows(v, reused)
-    vis, bias, grid, values, grads, modify = _kernel_variant(variant, q, tk, tile, grid, bias, captured, 1)
-    kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads, modify)
+    vis, bias, grid, values, grads = _kernel_variant(variant, q, tk, tile, grid, bias, captured, 1)
+    kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads)
     parallel.run_plan(_forward_parallel, attend_query_blocks, forward_plan(lead, grid, tile, tq, tk, threads),
-                      q, k, scaled_keys(k, scale, tq, tile[1]), v, kernel_variant, out, lse, kernel_gemm(q.dtype)[0])
+                      q, k, scaled_keys(k, scale, tq, tile[1]), v, kernel_variant, variant.modify, out, lse,
+                      kernel_gemm(q.dtype)[0])
     _checked(grads, variant)
     return out, lse
 
@@ -362,11 +381,10 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, variant, bias, 
     edges, plan = backward_plan(lead, grid, tile, tq, tk, threads)
     n_ranges = len(edges) - 1
     dq_parts = dq[None] if n_ranges <= 1 else buffers.zeros((n_ranges,) + q.shape, q.dtype)
-    vis, bias, grid, values, grads_c, modify = _kernel_variant(variant, q, tk, tile, grid, bias, captured,
-                                                               len(plan[0]) - 1)
-    kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads_c, modify)
+    vis, bias, grid, values, grads_c = _kernel_variant(variant, q, tk, tile, grid, bias, captured, len(plan[0]) - 1)
+    kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads_c)
     parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, out, lse, kernel_variant,
-                      edges, dq_parts, dk, dv, kernel_gemm(q.dtype)[0])
+                      variant.modify, edges, dq_parts, dk, dv, kernel_gemm(q.dtype)[0])
     if n_ranges > 1:
         dq_parts.sum(axis=0, out=dq)
     for summed, to in ((dk, dk_to), (dv, dv_to)):

@@ -17,7 +17,8 @@ flattened, one after another) and `grads` to as many float64 plus one.
 
 An index that falls outside a captured tensor sets grads[-1] to 1 (the caller raises) and reads 0. The
 kernels are compiled once for this signature, so a new modifier compiles alone (nn/attention/
-modifier_compiler.py writes and compiles it); `unmodified` is the one that changes nothing.
+modifier_compiler.py writes and compiles it). Without a modifier the kernels get None, and numba compiles
+a version of them with no modifier call at all.
 Without numba (NUMBA_DISABLE_JIT=1) a modifier is a Python function of the same arguments, the pointers
 being numpy's `ctypes` objects.
 """
@@ -25,10 +26,9 @@ being numpy's `ctypes` objects.
 from __future__ import annotations
 
 import ctypes
-import functools
 
 import numpy as np
-from numba import config, types
+from numba import types
 
 SCORES, MASKED_SCORES, PULL_BACK = 0, 1, 2
 
@@ -44,17 +44,3 @@ def python_view(pointer, shape: tuple[int, ...], dtype) -> np.ndarray:
     """Without numba: the array a numpy `ctypes` object points to (numba's `carray` when compiled)."""
     c_type = np.ctypeslib.as_ctypes_type(np.dtype(dtype))
     return np.ctypeslib.as_array(ctypes.cast(pointer.data, ctypes.POINTER(c_type)), shape)
-
-
-def _nothing(mode, s, raw, rows, width, n, b, h, q_start, k_start, captured, grads, scale):
-    """Leaves every score as it is (the kernels call no modifier then: it stands in their signature)."""
-
-
-@functools.cache
-def unmodified(dtype: np.dtype):
-    """The modifier that changes nothing, compiled for tiles of `dtype` (cached on disk)."""
-    if config.DISABLE_JIT:
-        return _nothing
-    from numba import cfunc
-
-    return cfunc(signature(dtype), cache=True)(_nothing)

@@ -217,12 +217,12 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     n = threads_for(work, MIN_PRODUCT_WORK)
     if n <= 1 and blas_threads() == 1:
         return np.matmul(a, b, out=out)
-    gemm, blas_alone = kernel_gemm(a.dtype)
-    if n <= 1 and not blas_alone and work <= FEW_BLOCKS * ONE_THREAD_PRODUCT and k * n_cols <= ONE_THREAD_PRODUCT:
+    if n <= 1 and work <= FEW_BLOCKS * ONE_THREAD_PRODUCT and k * n_cols <= ONE_THREAD_PRODUCT:
         step = ONE_THREAD_PRODUCT // (k * n_cols)  # whole rows: numpy's `@` per block, faster than a kernel call
         for r0 in range(0, m, step):
             np.matmul(a[r0:r0 + step], b, out=out[r0:r0 + step])
         return out
+    gemm, blas_alone = kernel_gemm(a.dtype)
     a_operand, b_operand = blas_operand(a), blas_operand(b)
     if gemm is None or a_operand is None or b_operand is None:
         return np.matmul(a, b, out=out)
@@ -237,6 +237,9 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
+COLUMN_SUMS_BY_PRODUCT = 1 << 16  # elements from which the private copy's product sums columns
+
+
 def column_sums(a: np.ndarray) -> np.ndarray:
     """a (N, M) summed over its rows, (M,): BLAS's product ones (1, N) @ a (faster than numpy's sum at these
     sizes: docs/performance.md) when a BLAS runs it on the calling thread (numpy's on one thread, or the
@@ -245,8 +248,10 @@ def column_sums(a: np.ndarray) -> np.ndarray:
         return a.sum(axis=0)
     if blas_threads() == 1:
         return np.ones(a.shape[0], a.dtype) @ a
+    if a.size < COLUMN_SUMS_BY_PRODUCT:  # numpy's sum: no kernel to compile on a first run for small ones
+        return a.sum(axis=0)
     gemm, alone = kernel_gemm(a.dtype)
-    if gemm is None or not alone or blas_operand(a) is None or 0 in a.shape:
+    if gemm is None or not alone or 0 in a.shape or blas_operand(a) is None:
         return a.sum(axis=0)
     out = np.empty((1, a.shape[1]), a.dtype)
     any_layout(matmul_blocks)(np.ones((1, a.shape[0]), a.dtype), a, out, 1, a.shape[1], a.shape[0], gemm, 0, 1)

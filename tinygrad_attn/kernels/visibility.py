@@ -50,37 +50,41 @@ def row_columns(i, n, q_start, k_start, lo, hi):
     """(first, stop): the columns of a tile row the band lets query q_start + i see, of the tile's n keys from
     k_start (first >= stop: none)."""
     here = q_start + i - k_start  # the query's own position, as a column of this tile
-    first = 0 if lo <= -UNBOUNDED else minimum(maximum(here + lo, 0), n)
-    stop = n if hi >= UNBOUNDED else minimum(maximum(here + hi + 1, 0), n)
-    return first, stop
+    return minimum(maximum(here + lo, 0), n), minimum(maximum(here + hi + 1, 0), n)  # UNBOUNDED: no overflow
+
+
+def band_grid(lo: int, hi: int, tq: int, tk: int, tile: tuple[int, int]) -> np.ndarray:
+    """(query blocks, key tiles) int8: what the band lets each block of queries see of each key tile, EMPTY,
+    PARTIAL or FULL (numpy: nothing to compile)."""
+    bq, bk = tile
+    r0 = np.arange(0, tq, bq, dtype=np.int64)[:, None]
+    r1 = np.minimum(r0 + bq, tq)
+    c0 = np.arange(0, tk, bk, dtype=np.int64)[None, :]
+    c1 = np.minimum(c0 + bk, tk)
+    free_lo, free_hi = lo <= -UNBOUNDED, hi >= UNBOUNDED
+    empty = np.zeros(np.broadcast_shapes(r0.shape, c0.shape), bool)
+    if not free_lo:
+        empty |= c1 - 1 < r0 + lo  # the tile's last key is below what the block's first query sees
+    if not free_hi:
+        empty |= c0 > r1 - 1 + hi  # its first key is above what the block's last query sees
+    all_low = True if free_lo else c0 >= r1 - 1 + lo  # every query sees the tile's first key
+    all_high = True if free_hi else c1 - 1 <= r0 + hi  # and its last
+    return np.where(empty, EMPTY, np.where(all_low & all_high, FULL, PARTIAL)).astype(np.int8)
 
 
 @njit(cache=True, nogil=True)
-def band_state(r0, r1, c0, c1, lo, hi):
-    """EMPTY, PARTIAL or FULL: what the band lets queries [r0, r1) see of keys [c0, c1)."""
-    if r1 <= r0 or c1 <= c0:
-        return EMPTY
-    low = -UNBOUNDED if lo <= -UNBOUNDED else r0 + lo  # the lowest key a row of the block may see
-    high = UNBOUNDED if hi >= UNBOUNDED else r1 - 1 + hi  # the highest
-    if c1 - 1 < low or c0 > high:
-        return EMPTY
-    all_low = lo <= -UNBOUNDED or c0 >= r1 - 1 + lo  # every row sees the tile's first key
-    all_high = hi >= UNBOUNDED or c1 - 1 <= r0 + hi  # and its last
-    return FULL if all_low and all_high else PARTIAL
-
-
-@njit(cache=True, nogil=True)
-def fill_tile_grid(lo, hi, tq, tk, bq, bk, blocks, block_q, block_k, grid):
-    """grid (Gb, Gh, query blocks, key tiles) <- each tile's state: the band's, then, if block_q > 0, the
-    block mask's (blocks (Gb, Gh, Tq / block_q, Tk / block_k) of EMPTY/PARTIAL/FULL) over the cells it covers."""
+def merge_blocks(band, tq, tk, bq, bk, blocks, block_q, block_k, grid):
+    """grid (Gb, Gh, query blocks, key tiles) <- the band's states (band) where a block mask's cells (blocks
+    (Gb, Gh, Tq / block_q, Tk / block_k) of EMPTY/PARTIAL/FULL) the tile covers allow: EMPTY if all its
+    cells are, the band's state if all are FULL, else PARTIAL."""
     for a in range(grid.shape[0]):
         for b in range(grid.shape[1]):
             for t in range(grid.shape[2]):
                 r0, r1 = t * bq, minimum(t * bq + bq, tq)
                 for u in range(grid.shape[3]):
                     c0, c1 = u * bk, minimum(u * bk + bk, tk)
-                    state = band_state(r0, r1, c0, c1, lo, hi)
-                    if state != EMPTY and block_q > 0:
+                    state = band[t, u]
+                    if state != EMPTY:
                         seen, full = False, True
                         for x in range(r0 // block_q, (r1 - 1) // block_q + 1):
                             for y in range(c0 // block_k, (c1 - 1) // block_k + 1):
@@ -94,9 +98,9 @@ def fill_tile_grid(lo, hi, tq, tk, bq, bk, blocks, block_q, block_k, grid):
 def tile_grid(lo: int, hi: int, tq: int, tk: int, tile: tuple[int, int], blocks: np.ndarray | None = None,
               block_size: tuple[int, int] = (0, 0)) -> np.ndarray:
     """The tile grid (1 or B, 1 or H, query blocks, key tiles) of a band, and of a block mask's blocks."""
-    bq, bk = tile
-    lead = (1, 1) if blocks is None else blocks.shape[:2]
-    grid = np.empty(lead + (-(-tq // bq), -(-tk // bk)), np.int8)
-    cells = np.zeros((1, 1, 1, 1), np.int8) if blocks is None else np.ascontiguousarray(blocks, np.int8)
-    fill_tile_grid(lo, hi, tq, tk, bq, bk, cells, *(block_size if blocks is not None else (0, 0)), grid)
+    band = band_grid(lo, hi, tq, tk, tile)
+    if blocks is None:
+        return band[None, None]
+    grid = np.empty(blocks.shape[:2] + band.shape, np.int8)
+    merge_blocks(band, tq, tk, *tile, np.ascontiguousarray(blocks, np.int8), *block_size, grid)
     return grid
