@@ -306,13 +306,15 @@ def test_the_private_openblas_copy_leaves_numpys_as_it_was():
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(512, 256)).astype(np.float32), rng.normal(size=(256, 512)).astype(np.float32)
     out = np.empty((512, 512), np.float32)
-    blas.matmul_blocks(a, b, out, 512, 512, 256, gemm, 0, 1)  # one whole block: 2^26 multiply-adds
+    product = lambda: gemm(blas.ROW_MAJOR, blas.NO_TRANS, blas.NO_TRANS, 512, 512, 256, 1.0, a.ctypes.data,  # noqa: E731
+                           256, b.ctypes.data, 512, 0.0, out.ctypes.data, 512)  # one whole product: 2^26 multiply-adds
+    product()
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-3)
     usage = lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])  # noqa: E731
     time.sleep(0.5)  # threads that spin after earlier work (numpy's OpenBLAS, numba's) go to sleep first
     wall, cpu = time.perf_counter(), usage()
     for _ in range(100):
-        blas.matmul_blocks(a, b, out, 512, 512, 256, gemm, 0, 1)
+        product()
     assert usage() - cpu < 1.5 * (time.perf_counter() - wall) + 0.05  # one thread at work, not two
     assert blas.blas_threads() == before
 

@@ -194,7 +194,8 @@ def backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_part
         g, r = divmod(item, n_ranges)
         a, b = divmod(g, n_inner)
         q_g, k_g, v_g, bias_g, grad_g = q[a, b], k[a, b // group], v[a, b // group], bias[a, b], grad[a, b]
-        dq_g, dk_g, dv_g = dq_parts[r, a, b], dk[a, b], dv[a, b]  # (Tq, d): this range's share of dQ
+        kv_head = b // (n_inner // dk.shape[1])  # dk per query head, or per kv head when one part runs it all
+        dq_g, dk_g, dv_g = dq_parts[r, a, b], dk[a, kv_head], dv[a, kv_head]  # (Tq, d): this range's share of dQ
         out_g = out[a, b]  # (Tq, dv)
         seen = grid[a if grid.shape[0] > 1 else 0, b if grid.shape[1] > 1 else 0]  # (query blocks, key tiles)
         for i in range(tq):  # delta = rowsum(dO * out): (Tq,), once per item
@@ -374,11 +375,13 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, variant, bias, 
     as views into one packed gradient)."""
     lead, tq, tk, tile, threads, reused, grid = _plan_of(q, k, v, variant)
     dq, dk_to, dv_to = grads if grads is not None else (new_like(a, a.shape[3], buffers.zeros) for a in (q, k, v))
-    per_head = variant.group > 1  # grouped-query: dk and dv summed per query head, then over each group
+    edges, plan = backward_plan(lead, grid, tile, tq, tk, threads)
+    # grouped-query: the query heads of a group add into one kv head's dk and dv when one part runs every
+    # item, one after another; on several threads each query head has its own, summed over the group after
+    per_head = variant.group > 1 and len(plan[0]) > 2
     dk, dv = (buffers.zeros((a.shape[0], q.shape[1]) + a.shape[2:], a.dtype) if per_head else
               buffers.zeros(a.shape, a.dtype) if rows_apart(a, reused) else a for a in (dk_to, dv_to))
     grad_out, q, k, v = (dense_rows(a, reused) for a in (grad_out, q, k, v))
-    edges, plan = backward_plan(lead, grid, tile, tq, tk, threads)
     n_ranges = len(edges) - 1
     dq_parts = dq[None] if n_ranges <= 1 else buffers.zeros((n_ranges,) + q.shape, q.dtype)
     vis, bias, grid, values, grads_c = _kernel_variant(variant, q, tk, tile, grid, bias, captured, len(plan[0]) - 1)
