@@ -57,9 +57,12 @@ def ours(case, t):
     mask_name = {"window": "window", "document": "document", "alibi": "causal", "softcap": "causal"}.get(case)
     block = flex.create_block_mask(masks[mask_name], None, None, t, t) if mask_name else None
     grad = ta.tensor(g)
+    leaves = [ta.tensor(a, requires_grad=True) for a in (q_np, k_np, v_np)]  # made once, as PyTorch's below
 
     def step(forward_only=False):
-        q, k, v = (ta.tensor(a, requires_grad=not forward_only) for a in (q_np, k_np, v_np))
+        for t in leaves:
+            t.grad = None
+        q, k, v = leaves if not forward_only else (t.detach() for t in leaves)
         if case in ("gqa", "causal"):
             out = ta.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=case == "gqa")
         else:
@@ -82,8 +85,12 @@ def theirs(case, t):
     explicit = {"window": torch.tensor(masks["window"]), "document": torch.tensor(masks["document"]),
                 "alibi": alibi[None]}
 
+    leaves = [torch.tensor(a, requires_grad=True) for a in (q_np, k_np, v_np)]  # made once, as ours above
+
     def step(forward_only=False):
-        q, k, v = (torch.tensor(a, requires_grad=not forward_only) for a in (q_np, k_np, v_np))
+        for t in leaves:
+            t.grad = None
+        q, k, v = leaves if not forward_only else (t.detach() for t in leaves)
         if case in ("gqa", "causal"):
             out = TF.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=case == "gqa")
         elif case == "softcap":  # no SDPA form: the eager ops
