@@ -16,9 +16,15 @@ query blocks that see each tile, recomputing P from lse instead of storing it:
     dS = P * (dP - delta),  delta = rowsum(dO * out)
     dQ += scale dS k,  dK += scale dS^T q
 
+Every variant (causal, a cache offset, a sliding window, grouped kv heads, a block mask, a compiled score
+modifier) is one `Variant`, read by the loops as visibility.py describes: a tile no query of its block sees
+is skipped in both passes, a tile seen whole needs no mask, a tile seen in part takes each row's band
+limits and the compiled mask (modifiers.py), and with a modifier S is score_mod(S) and the backward's dS
+is multiplied by its derivative.
+
 `attend_query_blocks` and `backward_key_ranges` are those loops over a list of
 items, run on one thread; their `prange` drivers give each thread its list
-(layout.py's plan). Products go through blas.py's `matmul_into` (BLAS, called
+(layout.py's plan, from the same tile grid). Products go through blas.py's `matmul_into` (BLAS, called
 from compiled code), what happens to a tile in between through tiles.py. Rows
 and columns are taken with views.py's `rows(a, start, stop)` (a[start:stop])
 and `columns(a, start, stop)` (a[:, start:stop]), which compile without
