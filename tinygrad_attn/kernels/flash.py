@@ -65,6 +65,7 @@ from .visibility import (
     PARTIAL,
     ROWS,
     UNBOUNDED,
+    block_columns,
     describe,
     tile_grid,
 )
@@ -153,13 +154,12 @@ def attend_query_blocks(q, k, k_t, v, variant, modify, out, lse, gemm, part, ite
         for u in range(last + 1):
             if seen[u] == EMPTY:  # no query of the block sees a key of the tile: skipped
                 continue
-            c0 = u * bk
-            c1 = minimum(c0 + bk, tk)
+            c0, c1 = block_columns(r0, r1, u * bk, minimum(u * bk + bk, tk), lo, hi)  # the keys the block sees
             n = c1 - c0
             s_rows = rows(s_buf, 0, r1 - r0)  # (bq, bk): the tile in its first n columns, C rows for tiles.py
             s = columns(s_rows, 0, n)  # (bq, n)
             if r1 - r0 >= FEW_ROWS:  # (scale k)^T, laid out for BLAS's fastest product: (d, bk)
-                keys, factor = columns(k_t[a, b // group, u], 0, n), 1.0
+                keys, factor = columns(k_t[a, b // group, u], c0 - u * bk, c1 - u * bk), 1.0
             else:  # a few rows (one when decoding): k^T read where it lies
                 keys, factor = rows(k_g, c0, c1).T, scale
             scores_into(s, q_rows, keys, factor, columns(bias_rows, c0, c1), has_bias, gemm)
@@ -209,20 +209,22 @@ def backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_part
             for c in range(d_v):
                 total += grad_g[i, c] * out_g[i, c]
             delta[i] = total
-        for c0 in range(edges[r], edges[r + 1], bk):
-            u = c0 // bk
-            c1 = minimum(c0 + bk, tk)
-            n = c1 - c0
-            k_tile, k_t, v_t = rows(k_g, c0, c1), columns(kt_buf, 0, n), columns(vt_buf, 0, n)  # (n, d) (d, n) (dv, n)
-            dk_tile, dv_tile = rows(dk_g, c0, c1), rows(dv_g, c0, c1)  # (bk, d), (bk, dv)
-            transpose_into(k_tile, scale, k_t)  # (scale k)^T: (d, bk)
-            transpose_into(rows(v_g, c0, c1), one, v_t)  # v^T: (dv, bk)
+        for u0 in range(edges[r], edges[r + 1], bk):
+            u = u0 // bk
+            u1 = minimum(u0 + bk, tk)
+            transpose_into(rows(k_g, u0, u1), scale, columns(kt_buf, 0, u1 - u0))  # (scale k)^T: (d, bk)
+            transpose_into(rows(v_g, u0, u1), one, columns(vt_buf, 0, u1 - u0))  # v^T: (dv, bk)
             for t in range(seen.shape[0]):
                 if seen[t, u] == EMPTY:  # no query of the block sees a key of the tile
                     continue
                 partial = seen[t, u] == PARTIAL
                 r0 = t * bq
                 r1 = minimum(r0 + bq, tq)
+                c0, c1 = block_columns(r0, r1, u0, u1, lo, hi)  # the keys of the tile the block sees
+                n = c1 - c0
+                k_tile = rows(k_g, c0, c1)  # (n, d)
+                k_t, v_t = columns(kt_buf, c0 - u0, c1 - u0), columns(vt_buf, c0 - u0, c1 - u0)  # (d, n), (dv, n)
+                dk_tile, dv_tile = rows(dk_g, c0, c1), rows(dv_g, c0, c1)  # (n, d), (n, dv)
                 q_rows, d_out = rows(q_g, r0, r1), rows(grad_g, r0, r1)  # (bq, d), (bq, dv)
                 s_rows, dp_rows = rows(s_buf, 0, r1 - r0), rows(dp_buf, 0, r1 - r0)  # (bq, bk): tiles in n columns
                 s, dp = columns(s_rows, 0, n), columns(dp_rows, 0, n)  # (bq, n)

@@ -26,12 +26,15 @@ from .visibility import row_columns
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
-def row_max(s, i, first, stop, start):
-    """max(start, s[i, first], ..., s[i, stop - 1]), NaN if any of them is NaN."""
+def row_max(s, i, n, first, stop, start):
+    """max(start, s[i, first], ..., s[i, stop - 1]), NaN if any of them is NaN. One loop over the row's n
+    columns, the others selected away: a loop from `first` would index with a number that may be negative,
+    which numba wraps around, and LLVM would not vectorise it."""
     wide_vectors()
+    hidden = s.dtype.type(-np.inf)
     m = start
-    for j in range(first, stop):
-        m = maximum(m, s[i, j])
+    for j in range(n):
+        m = maximum(m, s[i, j] if first <= j < stop else hidden)
     return m
 
 
@@ -66,7 +69,7 @@ def online_softmax(s, n, m, l, alpha, q_start, k_start, lo, hi, last):  # noqa: 
     bq = s.shape[0]
     for i in range(bq):
         first, stop = row_columns(i, n, q_start, k_start, lo, hi)
-        m_new = row_max(s, i, first, stop, m[i])
+        m_new = row_max(s, i, n, first, stop, m[i])
         alpha[i] = exp_vectorizable(m[i] - m_new) if m[i] > -np.inf else s.dtype.type(0)
         m[i] = m_new
     exp_shifted(s, n, m, q_start, k_start, lo, hi)
@@ -75,7 +78,8 @@ def online_softmax(s, n, m, l, alpha, q_start, k_start, lo, hi, last):  # noqa: 
         for j in range(n):
             total += s[i, j]
         l[i] = l[i] * alpha[i] + total
-        if last:
+    if last:  # a loop of its own: inside the one above, LLVM would vectorise neither
+        for i in range(bq):
             inverse = 1 / l[i] if l[i] != 0 else s.dtype.type(0)
             alpha[i] *= inverse
             for j in range(n):

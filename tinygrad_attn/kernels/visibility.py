@@ -53,6 +53,14 @@ def row_columns(i, n, q_start, k_start, lo, hi):
     return minimum(maximum(here + lo, 0), n), minimum(maximum(here + hi + 1, 0), n)  # UNBOUNDED: no overflow
 
 
+@njit(cache=True, nogil=True, inline="always")
+def block_columns(r0, r1, c0, c1, lo, hi):
+    """[first, stop) within the keys [c0, c1) of a tile: those the band lets some query of rows [r0, r1) see.
+    The rest of the tile is hidden from every row of the block, so its products are never made (the
+    diagonal tiles of causal attention, the edges of a window); an EMPTY tile's range is empty."""
+    return minimum(maximum(c0, r0 + lo), c1), maximum(minimum(c1, r1 + hi), c0)  # UNBOUNDED: no overflow
+
+
 def band_grid(lo: int, hi: int, tq: int, tk: int, tile: tuple[int, int]) -> np.ndarray:
     """(query blocks, key tiles) int8: what the band lets each block of queries see of each key tile, EMPTY,
     PARTIAL or FULL (numpy: nothing to compile)."""
