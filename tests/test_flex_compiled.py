@@ -115,6 +115,38 @@ def test_fused_gradients_of_inputs_and_captured_tensors_against_finite_differenc
     assert ta.gradgradcheck(lambda *xs: run(*xs) ** 2, inputs)
 
 
+@settings(max_examples=40, deadline=None)
+@given(q_len=st.integers(1, 12), kv_len=st.integers(1, 12), lo=st.integers(-12, 3), width=st.integers(0, 12),
+       block=st.tuples(st.integers(1, 5), st.integers(1, 5)), holes=st.integers(0, 2**16), seed=st.integers(0, 9))
+def test_a_block_mask_knows_its_band_and_the_blocks_the_band_explains(q_len, kv_len, lo, width, block, holes, seed):
+    """BlockMask.band is the narrowest lo <= kv - q <= hi holding every key the mask keeps; kernel_blocks
+    is PyTorch's block classes but 2 where the mask inside the block is exactly that band (the kernel then
+    applies the band alone, without mask_mod), against the dense mask entry by entry: a band, and a band
+    with some keys removed at random."""
+    rng = np.random.default_rng(seed)
+    removed = ta.tensor(rng.random((q_len, kv_len)) < (holes % 3) * 0.2)
+
+    def mask(b, h, q, k):
+        return (k - q >= lo) & (k - q <= lo + width) & ~removed[q, k]
+
+    block_mask = flex.create_block_mask(mask, None, None, q_len, kv_len, BLOCK_SIZE=block)
+    dense = block_mask.dense[0, 0]
+    i, j = np.nonzero(dense)
+    if len(i):
+        assert block_mask.band == ((j - i).min(), (j - i).max())
+    lo_b, hi_b = block_mask.band
+    in_band = (np.arange(kv_len)[None] - np.arange(q_len)[:, None] >= lo_b) & (
+        np.arange(kv_len)[None] - np.arange(q_len)[:, None] <= hi_b)
+    for t in range(-(-q_len // block[0])):
+        for u in range(-(-kv_len // block[1])):
+            cell = (slice(t * block[0], (t + 1) * block[0]), slice(u * block[1], (u + 1) * block[1]))
+            kept = dense[cell]
+            want = 0 if not kept.any() else 2 if kept.all() else 1
+            assert block_mask.blocks[0, 0, t, u] == want
+            explained = want == 1 and (kept == in_band[cell]).all()
+            assert block_mask.kernel_blocks[0, 0, t, u] == (2 if explained else want)
+
+
 def test_tiles_nobody_sees_are_never_read(monkeypatch):
     """A NaN in a value no query's window reaches: the math path multiplies it by a weight 0 (NaN), the
     fused path never reads its tile, for a band (MultiHeadAttention's window) and for a block mask."""

@@ -269,7 +269,8 @@ def _backward_parallel(grad, q, k, v, out, lse, variant, modify, edges, dq_parts
 class Variant:
     """Which keys each query sees and how its scores are modified, as the attention layers describe it:
     the band (visibility.band), the query heads per kv head, a block mask's blocks (B or 1, H or 1, Q blocks,
-    KV blocks) of block_size, and a compiled modifier (modifiers.py) for q's dtype with whether it masks.
+    KV blocks) of block_size, and a compiled modifier (modifiers.py) for q's dtype with whether it changes the
+    scores (a score_mod: run on every tile) and whether it masks (a mask_mod: run on the tiles seen in part).
     Compared by identity (its arrays and functions), hashed the same way."""
 
     lo: int = -UNBOUNDED
@@ -278,6 +279,7 @@ class Variant:
     blocks: np.ndarray | None = None
     block_size: tuple[int, int] = (0, 0)
     modify: Any = None
+    scored: bool = False
     masked: bool = False
     math: Any = None  # the modifier and mask on whole tensors, for the math path: (scores, captured) -> (scores, keep)
 
@@ -345,7 +347,7 @@ def _plan_of(q, k, v, variant):
 def _kernel_variant(variant, q, tk, tile, grid, bias, captured, parts):
     """(vis, bias, grid, captured, grads): the kernels' `variant` tuple but the scale; grads (parts, C + 1)."""
     bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
-    vis = describe(variant.lo, variant.hi, variant.group, has_bias, variant.modify is not None, variant.masked, tile)
+    vis = describe(variant.lo, variant.hi, variant.group, has_bias, variant.scored, variant.masked, tile)
     values = np.zeros(1) if captured is None else captured
     grads = np.zeros((parts, len(values) + 1))
     return vis, bias, grid, values, grads

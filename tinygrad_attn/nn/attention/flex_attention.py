@@ -42,6 +42,7 @@ from ... import functional as F
 from ...checks import float_tensor
 from ...engine import no_grad
 from ...kernels.flash import Variant
+from ...kernels.visibility import UNBOUNDED
 from ...tensor import Tensor
 from .modifier_compiler import TraceError, compile_modifiers, evaluate, warn_fallback
 
@@ -83,32 +84,52 @@ def _evaluate_mask(mask_mod: Callable, b: int, h: int, q_len: int, kv_len: int,
                          f"not broadcast to (B, H, Q_LEN, KV_LEN) = {(b, h, q_len, kv_len)}") from None
 
 
-def _block_states(mask_mod: Callable, shape: tuple[int, int, int, int], block_size: tuple[int, int]) -> np.ndarray:
-    """(B, H, Q blocks, KV blocks) int8: 0 where mask_mod hides the whole block, 2 where it hides nothing, 1
-    otherwise; evaluated one row of blocks at a time."""
+def _block_states(mask_mod: Callable, shape: tuple[int, int, int, int], block_size: tuple[int, int]
+                  ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    """(blocks, kernel_blocks, band), mask_mod evaluated one row of blocks at a time:
+
+    blocks (B, H, Q blocks, KV blocks) int8, 0 where mask_mod hides the whole block, 2 where it hides
+    nothing, 1 otherwise (PyTorch's classes); band (lo, hi) the narrowest band lo <= kv_idx - q_idx <= hi
+    holding every key mask_mod keeps; kernel_blocks the same grid with 2 also where the mask is exactly
+    that band inside the block (the causal diagonal, a window's edges): the kernel applies the band there
+    by itself, so mask_mod runs only on the blocks the band does not explain."""
     b, h, q_len, kv_len = shape
     bq, bk = block_size
     nq, nk = -(-q_len // bq), -(-kv_len // bk)
-    blocks = np.empty((b, h, nq, nk), np.int8)
+    blocks, seen = np.empty((b, h, nq, nk), np.int8), np.empty((b, h, nq, nk), np.int64)
     edges = np.arange(0, kv_len, bk)
     widths = np.minimum(edges + bk, kv_len) - edges
+    lo, hi = kv_len, -q_len  # no key kept yet: an empty band
     for t in range(nq):
         r0, r1 = t * bq, min(t * bq + bq, q_len)
         kept = _evaluate_mask(mask_mod, b, h, q_len, kv_len, (r0, r1))  # (B, H, rows, S)
-        seen = np.add.reduceat(kept.sum(axis=2, dtype=np.int64), edges, axis=-1)  # (B, H, KV blocks)
-        blocks[:, :, t] = np.where(seen == 0, 0, np.where(seen == (r1 - r0) * widths, 2, 1))
-    return blocks
+        seen[:, :, t] = np.add.reduceat(kept.sum(axis=2, dtype=np.int64), edges, axis=-1)  # (B, H, KV blocks)
+        blocks[:, :, t] = np.where(seen[:, :, t] == 0, 0, np.where(seen[:, :, t] == (r1 - r0) * widths, 2, 1))
+        any_row = kept.any(axis=(0, 1))  # (rows, S): kept for some b, h
+        some = any_row.any(axis=1)
+        if some.any():
+            first, last = any_row.argmax(axis=1), kv_len - 1 - any_row[:, ::-1].argmax(axis=1)
+            offsets = np.arange(r0, r1)
+            lo, hi = min(lo, int((first - offsets)[some].min())), max(hi, int((last - offsets)[some].max()))
+    return blocks, np.where((blocks == 1) & (seen == _band_counts(lo, hi, q_len, kv_len, bq, bk)), 2, blocks), (lo, hi)
+
+
+def _band_counts(lo: int, hi: int, q_len: int, kv_len: int, bq: int, bk: int) -> np.ndarray:
+    """(Q blocks, KV blocks): how many entries of each block the band lo <= kv - q <= hi holds."""
+    rows, c0 = np.arange(q_len)[:, None], np.arange(0, kv_len, bk)[None, :]
+    per_row = np.clip(np.minimum(np.minimum(c0 + bk, kv_len), rows + hi + 1) - np.maximum(c0, rows + lo), 0, None)
+    return np.add.reduceat(per_row, np.arange(0, q_len, bq), axis=0)
 
 
 class BlockMask:
     """A mask_mod and its block grid of BLOCK_SIZE tiles, (B, H, Q blocks, KV blocks): 0 empty, 1 partial,
-    2 full (B or H 1 when given as None, to broadcast). `dense` evaluates the whole (B, H, Q_LEN, KV_LEN)
-    bool mask, for the math path."""
+    2 full (B or H 1 when given as None, to broadcast). `band` and `kernel_blocks` are what the fused kernel
+    reads (_block_states). `dense` evaluates the whole (B, H, Q_LEN, KV_LEN) bool mask, for the math path."""
 
     def __init__(self, mask_mod: Callable, shape: tuple[int, int, int, int], block_size: tuple[int, int]):
         self.mask_mod, self.BLOCK_SIZE = mask_mod, block_size
         self.shape, self.seq_lengths = shape, shape[2:]
-        self.blocks = _block_states(mask_mod, shape, block_size)
+        self.blocks, self.kernel_blocks, self.band = _block_states(mask_mod, shape, block_size)
 
     @property
     def dense(self) -> np.ndarray:
@@ -241,10 +262,14 @@ def _fused(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable | None, block_ma
             scores = evaluate(compiled.trace, compiled.score_out, scores, captured, shape).astype(scores.dtype)
         return scores, (block_mask.dense if block_mask is not None else None)
 
-    variant = Variant(group=group, blocks=None if block_mask is None else block_mask.blocks,
+    # a block mask: its band and its blocks; mask_mod runs only where some block is partial beyond the band
+    lo, hi = block_mask.band if block_mask is not None else (-UNBOUNDED, UNBOUNDED)
+    masked = compiled is not None and compiled.mask_out is not None and bool((block_mask.kernel_blocks == 1).any())
+    scored = compiled is not None and compiled.score_out is not None
+    variant = Variant(lo=lo, hi=hi, group=group, blocks=None if block_mask is None else block_mask.kernel_blocks,
                       block_size=(0, 0) if block_mask is None else block_mask.BLOCK_SIZE,
-                      modify=None if compiled is None else compiled.modify,
-                      masked=compiled is not None and compiled.mask_out is not None, math=on_tensors)
+                      modify=compiled.modify if scored or masked else None, scored=scored, masked=masked,
+                      math=on_tensors)
     return F.attention(q, k, v, variant, scale=scale, captured=() if compiled is None else compiled.captured)
 
 
