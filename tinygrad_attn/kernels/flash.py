@@ -119,10 +119,10 @@ def scale_rows(a, factor):
 
 # The tile kernels are inlined into the two drivers (tiles.py), so these carry the tiles' fastmath flags.
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=SAFE_FASTMATH)
-def attend_query_blocks(q, k, k_t, v, variant, modify, out, lse, gemm, part, items):
+def attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, part, items):
     """The forward for items group * n_blocks + query block, one after another: out and lse of each.
-    k_t holds each key tile's (scale k)^T, (P, Q / group, key tiles, d, bk), laid out once for all the query
-    blocks (`scaled_keys`).
+    Each key tile's (scale k)^T is laid out once per kv head in this part's own buffer, when a block first
+    needs it, and read by every later block of that kv head (the items of a part come group after group).
     `variant` is (vis, scale, bias, grid, captured, grads): visibility.py's description and tile grid, the
     bias grid, and what the compiled modifier `modify` reads and writes (modifiers.py); modify None: no
     modifier (numba then compiles no modifier call at all)."""
@@ -131,8 +131,11 @@ def attend_query_blocks(q, k, k_t, v, variant, modify, out, lse, gemm, part, ite
     modified, masked = vis[MODIFIED] != 0, vis[MASKED] != 0
     n_inner, tq, tk = q.shape[1], q.shape[2], k.shape[2]
     n_blocks = -(-tq // bq)
-    d_v = v.shape[3]
+    d, d_v, n_kv = q.shape[3], v.shape[3], k.shape[1]
     s_buf = np.empty((bq, bk), q.dtype)
+    n_tiles = -(-tk // bk) if tq >= FEW_ROWS else 0  # a few rows (decoding) read k^T where it lies
+    k_t = np.empty((n_tiles, d, bk), q.dtype)  # (key tiles, d, bk): (scale k)^T of one kv head, tile by tile
+    laid = np.full(n_tiles, -1, np.int64)  # the kv head (a * n_kv + head) each tile of k_t holds, -1 none
     state = np.empty((3, bq), q.dtype)
     m, l, alpha = state[0], state[1], state[2]  # noqa: E741  (bq,) each: the running max, sum, rescaling
     for item in items:
@@ -159,7 +162,11 @@ def attend_query_blocks(q, k, k_t, v, variant, modify, out, lse, gemm, part, ite
             s_rows = rows(s_buf, 0, r1 - r0)  # (bq, bk): the tile in its first n columns, C rows for tiles.py
             s = columns(s_rows, 0, n)  # (bq, n)
             if r1 - r0 >= FEW_ROWS:  # (scale k)^T, laid out for BLAS's fastest product: (d, bk)
-                keys, factor = columns(k_t[a, b // group, u], c0 - u * bk, c1 - u * bk), 1.0
+                if laid[u] != a * n_kv + b // group:  # the backward's very values: S - lse <= 0 exactly there
+                    transpose_into(rows(k_g, u * bk, minimum(u * bk + bk, tk)), scale,
+                                   columns(k_t[u], 0, minimum(u * bk + bk, tk) - u * bk))
+                    laid[u] = a * n_kv + b // group
+                keys, factor = columns(k_t[u], c0 - u * bk, c1 - u * bk), 1.0
             else:  # a few rows (one when decoding): k^T read where it lies
                 keys, factor = rows(k_g, c0, c1).T, scale
             scores_into(s, q_rows, keys, factor, columns(bias_rows, c0, c1), has_bias, gemm)
@@ -253,9 +260,9 @@ def backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_part
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
-def _forward_parallel(q, k, k_t, v, variant, modify, out, lse, gemm, bounds, items):
+def _forward_parallel(q, k, v, variant, modify, out, lse, gemm, bounds, items):
     for p in prange(len(bounds) - 1):
-        attend_query_blocks(q, k, k_t, v, variant, modify, out, lse, gemm, p, items[bounds[p]:bounds[p + 1]])
+        attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, p, items[bounds[p]:bounds[p + 1]])
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
@@ -289,24 +296,6 @@ class Variant:
 
 
 _FULL, _CAUSAL = Variant(), Variant(hi=0)
-
-
-def scaled_keys(k, scale, tq, bk):
-    """Each key tile's (scale k)^T, (P, Q, key tiles, d, bk), in reused memory: every query block's products
-    read a tile where it lies, contiguous (rows Tk apart would share cache sets), with the values
-    transpose_into lays out in the backward (so that S - lse <= 0 exactly). Empty when every query block has
-    fewer than FEW_ROWS rows (they read k^T in place)."""
-    p, n, tk, d = k.shape
-    if tq < FEW_ROWS:
-        return np.empty((p, n, 0, d, bk), k.dtype)
-    whole, rest = divmod(tk, bk)
-    k_t, factor = buffers.empty((p, n, whole + (rest > 0), d, bk), k.dtype), k.dtype.type(scale)
-    if whole:
-        tiles = k[:, :, :whole * bk].reshape(p, n, whole, bk, d)  # a view when k's rows allow, else a copy
-        np.multiply(np.swapaxes(tiles, 3, 4), factor, out=k_t[:, :, :whole])
-    if rest:
-        np.multiply(np.swapaxes(k[:, :, whole * bk:], 2, 3), factor, out=k_t[:, :, whole, :, :rest])
-    return k_t
 
 
 def _bias(bias, shape, dtype):
@@ -373,7 +362,7 @@ def flash_attention_forward(q, k, v, scale, variant, bias, captured=None):
     vis, bias, grid, values, grads = _kernel_variant(variant, q, tk, tile, grid, bias, captured, 1)
     kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads)
     parallel.run_plan(_forward_parallel, attend_query_blocks, forward_plan(lead, grid, tile, tq, tk, threads),
-                      q, k, scaled_keys(k, scale, tq, tile[1]), v, kernel_variant, variant.modify, out, lse,
+                      q, k, v, kernel_variant, variant.modify, out, lse,
                       kernel_gemm(q.dtype)[0])
     _checked(grads, variant)
     return out, lse
