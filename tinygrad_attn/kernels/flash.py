@@ -134,8 +134,9 @@ def attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, part, items):
     d, d_v, n_kv = q.shape[3], v.shape[3], k.shape[1]
     s_buf = np.empty((bq, bk), q.dtype)
     n_tiles = -(-tk // bk) if tq >= FEW_ROWS else 0  # a few rows (decoding) read k^T where it lies
-    k_t = np.empty((n_tiles, d, bk), q.dtype)  # (key tiles, d, bk): (scale k)^T of one kv head, tile by tile
-    laid = np.full(n_tiles, -1, np.int64)  # the kv head (a * n_kv + head) each tile of k_t holds, -1 none
+    # 2-D, in q's dtype: a first run compiles no other np.empty than the tiles' own
+    k_t = np.empty((n_tiles * d, bk), q.dtype)  # rows u d .. u d + d: key tile u's (scale k)^T, of kv head `head`
+    laid, head = np.empty((1, n_tiles), q.dtype), -1  # laid[0, u] 1 once tile u holds head's keys
     state = np.empty((3, bq), q.dtype)
     m, l, alpha = state[0], state[1], state[2]  # noqa: E741  (bq,) each: the running max, sum, rescaling
     for item in items:
@@ -143,6 +144,10 @@ def attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, part, items):
         a, b = divmod(g, n_inner)
         q_g, k_g, v_g, bias_g = q[a, b], k[a, b // group], v[a, b // group], bias[a, b]  # (Tq, d), (Tk, d), ..
         seen = grid[a if grid.shape[0] > 1 else 0, b if grid.shape[1] > 1 else 0, block]  # (key tiles,) states
+        if a * n_kv + b // group != head:  # another kv head: no tile laid out yet
+            head = a * n_kv + b // group
+            for u in range(n_tiles):
+                laid[0, u] = 0
         r0 = block * bq
         r1 = minimum(r0 + bq, tq)
         q_rows, out_rows = rows(q_g, r0, r1), rows(out[a, b], r0, r1)  # (bq, d), (bq, dv)
@@ -162,11 +167,12 @@ def attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, part, items):
             s_rows = rows(s_buf, 0, r1 - r0)  # (bq, bk): the tile in its first n columns, C rows for tiles.py
             s = columns(s_rows, 0, n)  # (bq, n)
             if r1 - r0 >= FEW_ROWS:  # (scale k)^T, laid out for BLAS's fastest product: (d, bk)
-                if laid[u] != a * n_kv + b // group:  # the backward's very values: S - lse <= 0 exactly there
+                tile_t = rows(k_t, u * d, u * d + d)  # (d, bk)
+                if laid[0, u] == 0:  # the backward's very values: S - lse <= 0 exactly there
                     transpose_into(rows(k_g, u * bk, minimum(u * bk + bk, tk)), scale,
-                                   columns(k_t[u], 0, minimum(u * bk + bk, tk) - u * bk))
-                    laid[u] = a * n_kv + b // group
-                keys, factor = columns(k_t[u], c0 - u * bk, c1 - u * bk), 1.0
+                                   columns(tile_t, 0, minimum(u * bk + bk, tk) - u * bk))
+                    laid[0, u] = 1
+                keys, factor = columns(tile_t, c0 - u * bk, c1 - u * bk), 1.0
             else:  # a few rows (one when decoding): k^T read where it lies
                 keys, factor = rows(k_g, c0, c1).T, scale
             scores_into(s, q_rows, keys, factor, columns(bias_rows, c0, c1), has_bias, gemm)
