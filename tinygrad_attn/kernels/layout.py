@@ -105,7 +105,10 @@ def _key(grid: np.ndarray) -> tuple:
 def _forward_plan(lead, grid_key, tile, tq, tk, threads):
     shape, data = grid_key
     work = _tile_work(np.frombuffer(data, np.int8).reshape(shape), lead, tile, tq, tk).sum(axis=2)  # (G, blocks)
-    return share_out(work.reshape(-1), threads)
+    bounds, items = share_out(work.reshape(-1), threads)
+    for p in range(len(bounds) - 1):  # each part's items group after group: a group's keys laid out once, in cache
+        items[bounds[p]:bounds[p + 1]].sort()
+    return bounds, items
 
 
 def forward_plan(lead: tuple[int, int], grid: np.ndarray, tile: tuple[int, int], tq: int, tk: int, threads: int):
