@@ -33,8 +33,12 @@ def row_max(s, i, n, first, stop, start):
     wide_vectors()
     hidden = s.dtype.type(-np.inf)
     m = start
-    for j in range(n):
-        m = maximum(m, s[i, j] if first <= j < stop else hidden)
+    if first == 0 and stop == n:  # the whole row seen (every row of a FULL tile): nothing to select
+        for j in range(n):
+            m = maximum(m, s[i, j])
+    else:
+        for j in range(n):
+            m = maximum(m, s[i, j] if first <= j < stop else hidden)
     return m
 
 
@@ -51,8 +55,12 @@ def exp_shifted(s, n, shift, q_start, k_start, lo, hi):
         first, stop = row_columns(i, n, q_start, k_start, lo, hi)
         if shift_i == -np.inf:
             stop = 0
-        for j in range(n):
-            s[i, j] = exp_vectorizable(s[i, j] - shift_i if first <= j < stop else hidden)
+        if first == 0 and stop == n:  # the whole row seen: nothing to select
+            for j in range(n):
+                s[i, j] = exp_vectorizable(s[i, j] - shift_i)
+        else:
+            for j in range(n):
+                s[i, j] = exp_vectorizable(s[i, j] - shift_i if first <= j < stop else hidden)
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
@@ -69,9 +77,10 @@ def online_softmax(s, n, m, l, alpha, q_start, k_start, lo, hi, last):  # noqa: 
     bq = s.shape[0]
     for i in range(bq):
         first, stop = row_columns(i, n, q_start, k_start, lo, hi)
-        m_new = row_max(s, i, n, first, stop, m[i])
-        alpha[i] = exp_vectorizable(m[i] - m_new) if m[i] > -np.inf else s.dtype.type(0)
-        m[i] = m_new
+        alpha[i] = m[i]  # the old max, for now
+        m[i] = row_max(s, i, n, first, stop, m[i])
+    for i in range(bq):  # a loop of its own, vectorised over the rows
+        alpha[i] = exp_vectorizable(alpha[i] - m[i]) if alpha[i] > -np.inf else s.dtype.type(0)
     exp_shifted(s, n, m, q_start, k_start, lo, hi)
     for i in range(bq):
         total = s.dtype.type(0)
