@@ -86,10 +86,12 @@ def resolve_shape(shape: tuple[Any, ...], current: tuple[int, ...], op: str = "r
     """A reshape target (ints, possibly one -1, or a single tuple) as a tuple of ints."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
+    size = math.prod(current)
+    if all(type(n) is int and n >= 0 for n in shape) and math.prod(shape) == size:  # the usual call: nothing to fix
+        return tuple(shape)
     if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) for n in shape):
         raise TypeError(f"{op}: sizes must be ints, got {shape!r}")
     shape = tuple(int(n) for n in shape)
-    size = math.prod(current)
     known = math.prod(n for n in shape if n != -1)
     if shape.count(-1) > 1 or any(n < -1 for n in shape):
         raise ValueError(f"{op}: invalid shape {shape} (at most one -1, no other negative size)")
