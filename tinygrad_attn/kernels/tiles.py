@@ -27,18 +27,13 @@ from .visibility import row_columns
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
 def row_max(s, i, n, first, stop, start):
-    """max(start, s[i, first], ..., s[i, stop - 1]), NaN if any of them is NaN. One loop over the row's n
-    columns, the others selected away: a loop from `first` would index with a number that may be negative,
-    which numba wraps around, and LLVM would not vectorise it."""
+    """max(start, s[i, first], ..., s[i, stop - 1]), NaN if any of them is NaN. The columns run as unsigned
+    numbers (first >= 0): a signed index may be negative, which numba wraps around, and LLVM would not
+    vectorise the loop."""
     wide_vectors()
-    hidden = s.dtype.type(-np.inf)
     m = start
-    if first == 0 and stop == n:  # the whole row seen (every row of a FULL tile): nothing to select
-        for j in range(n):
-            m = maximum(m, s[i, j])
-    else:
-        for j in range(n):
-            m = maximum(m, s[i, j] if first <= j < stop else hidden)
+    for j in range(np.uint64(first), np.uint64(maximum(first, stop))):
+        m = maximum(m, s[i, j])
     return m
 
 
@@ -46,21 +41,22 @@ def row_max(s, i, n, first, stop, start):
 def exp_shifted(s, n, shift, q_start, k_start, lo, hi):
     """The tile's n columns of s (bq, width) <- P = exp(S - shift[:, None]) in place, 0 where hidden and in a
     row whose shift is -inf (nothing seen); a NaN shift makes its row NaN. The forward's P (shift the running
-    max) and the backward's (shift lse) alike. Each row is one loop over its n keys, the hidden ones selected:
-    one vectorised loop however many keys the row sees."""
+    max) and the backward's (shift lse) alike. Each row is one vectorised loop over the keys it sees (unsigned
+    columns, as in row_max) and zeros either side."""
     wide_vectors()
-    hidden = s.dtype.type(-np.inf)  # in s's dtype: a float64 -inf would make the exp float64
+    zero = s.dtype.type(0)
     for i in range(s.shape[0]):
         shift_i = shift[i]  # a local, so the loop has no load that may alias the scores
         first, stop = row_columns(i, n, q_start, k_start, lo, hi)
         if shift_i == -np.inf:
-            stop = 0
-        if first == 0 and stop == n:  # the whole row seen: nothing to select
-            for j in range(n):
-                s[i, j] = exp_vectorizable(s[i, j] - shift_i)
-        else:
-            for j in range(n):
-                s[i, j] = exp_vectorizable(s[i, j] - shift_i if first <= j < stop else hidden)
+            first, stop = 0, 0
+        stop = maximum(first, stop)
+        for j in range(np.uint64(0), np.uint64(first)):
+            s[i, j] = zero
+        for j in range(np.uint64(first), np.uint64(stop)):
+            s[i, j] = exp_vectorizable(s[i, j] - shift_i)
+        for j in range(np.uint64(stop), np.uint64(n)):
+            s[i, j] = zero
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
