@@ -18,9 +18,10 @@ query blocks that see each tile, recomputing P from lse instead of storing it:
 
 Every variant (causal, a cache offset, a sliding window, grouped kv heads, a block mask, a compiled score
 modifier) is one `Variant`, read by the loops as visibility.py describes: a tile no query of its block sees
-is skipped in both passes, a tile seen whole needs no mask, a tile seen in part takes each row's band
-limits and the compiled mask (modifiers.py), and with a modifier S is score_mod(S) and the backward's dS
-is multiplied by its derivative.
+is skipped in both passes, a tile seen whole needs no mask, a tile seen in part is multiplied only over
+the keys some query of its block sees (visibility.block_columns) and takes each row's band limits and the
+compiled mask (modifiers.py), and with a modifier S is score_mod(S) and the backward's dS is multiplied by
+its derivative.
 
 `attend_query_blocks` and `backward_key_ranges` are those loops over a list of
 items, run on one thread; their `prange` drivers give each thread its list
