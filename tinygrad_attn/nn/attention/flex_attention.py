@@ -115,10 +115,15 @@ def _block_states(mask_mod: Callable, shape: tuple[int, int, int, int], block_si
 
 
 def _band_counts(lo: int, hi: int, q_len: int, kv_len: int, bq: int, bk: int) -> np.ndarray:
-    """(Q blocks, KV blocks): how many entries of each block the band lo <= kv - q <= hi holds."""
-    rows, c0 = np.arange(q_len)[:, None], np.arange(0, kv_len, bk)[None, :]
-    per_row = np.clip(np.minimum(np.minimum(c0 + bk, kv_len), rows + hi + 1) - np.maximum(c0, rows + lo), 0, None)
-    return np.add.reduceat(per_row, np.arange(0, q_len, bq), axis=0)
+    """(Q blocks, KV blocks): how many entries of each block the band lo <= kv - q <= hi holds (one row of
+    blocks at a time, as the mask is evaluated)."""
+    c0 = np.arange(0, kv_len, bk)[None, :]
+    counts = np.empty((-(-q_len // bq), c0.shape[1]), np.int64)
+    for t in range(counts.shape[0]):
+        rows = np.arange(t * bq, min(t * bq + bq, q_len))[:, None]
+        seen = np.minimum(np.minimum(c0 + bk, kv_len), rows + hi + 1) - np.maximum(c0, rows + lo)  # (rows, KV blocks)
+        counts[t] = np.clip(seen, 0, None).sum(axis=0)
+    return counts
 
 
 class BlockMask:
