@@ -26,7 +26,7 @@ from .visibility import row_columns
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
-def row_max(s, i, n, first, stop, start):
+def row_max(s, i, first, stop, start):
     """max(start, s[i, first], ..., s[i, stop - 1]), NaN if any of them is NaN. The columns run as unsigned
     numbers (first >= 0): a signed index may be negative, which numba wraps around, and LLVM would not
     vectorise the loop."""
@@ -74,7 +74,7 @@ def online_softmax(s, n, m, l, alpha, q_start, k_start, lo, hi, last):  # noqa: 
     for i in range(bq):
         first, stop = row_columns(i, n, q_start, k_start, lo, hi)
         alpha[i] = m[i]  # the old max, for now
-        m[i] = row_max(s, i, n, first, stop, m[i])
+        m[i] = row_max(s, i, first, stop, m[i])
     for i in range(bq):  # a loop of its own, vectorised over the rows
         alpha[i] = exp_vectorizable(alpha[i] - m[i]) if alpha[i] > -np.inf else s.dtype.type(0)
     exp_shifted(s, n, m, q_start, k_start, lo, hi)
