@@ -208,18 +208,19 @@ class Context:
     # saved_versions: (tensor, counter, version) of each tensor whose memory a saved array is; made: what
     # forward returned, kept when it saved arrays (one may be it); parents: the graph's edges, each input's
     # node when the op ran (the Context that made it, or the leaf itself), so an in-place change of an input
-    # later (which gives it a new Context) reroutes nothing recorded here; watched: its tensor has hooks or
-    # retains its gradient, and output is then a weak reference to it.
+    # later (which gives it a new Context) reroutes nothing recorded here. Rarely set, so read from the class
+    # until then: watched, its tensor has hooks or retains its gradient, and output is then a weak reference to it.
     __slots__ = ("function", "inputs", "kwargs", "needs_input_grad", "scope", "saved_tensors", "saved_versions",
-                 "made", "parents", "output", "watched", "__dict__")
+                 "made", "parents", "__dict__")
+    output, watched = None, False
 
     def __init__(self, function: type[Function], inputs: tuple[Node, ...], kwargs: dict):
         self.function, self.inputs, self.kwargs = function, inputs, kwargs
-        self.needs_input_grad = tuple([t.requires_grad for t in inputs])
+        self.needs_input_grad = ((inputs[0].requires_grad, inputs[1].requires_grad) if len(inputs) == 2
+                                 else tuple([t.requires_grad for t in inputs]))
         self.scope = module_scope.get()  # the module whose forward made this node (None outside modules)
         self.saved_tensors = self.saved_versions = self.parents = ()
-        self.made = self.output = None
-        self.watched = False
+        self.made = None
 
     def save_for_backward(self, *arrays: Any) -> None:
         self.saved_tensors = arrays
@@ -229,11 +230,12 @@ class Context:
         refuse values an in-place op changed since."""
         owners = []
         for arr in self.saved_tensors:
-            if type(arr) is not np.ndarray:
+            if arr is None or type(arr) is not np.ndarray:
                 continue
             for t in tensors:
                 if arr is t._data:
-                    owners.append((t, t._version_counter, t._version_counter[0]))
+                    counter = t._version_counter
+                    owners.append((t, counter, counter[0]))
                     break
             else:
                 base = arr.base  # a view of an input or of the output (a reshaped row block, say)
@@ -373,22 +375,19 @@ class Function:
                             f"{', '.join(type(x).__name__ for x in inputs) or 'none'}")
         tensors = tuple([x if isinstance(x, Node) else kind._wrap(x) for x in inputs]) if others else inputs
         guards = ()
-        for value in kwargs.values():  # a tensor passed as an argument (an index, a mask): read it, guard it
-            if isinstance(value, Node):
-                break
-            if type(value) is tuple:
-                for item in value:
-                    if isinstance(item, Node):
-                        break
-                else:
-                    continue
-                break
-        else:
-            value = None
-        if value is not None:
-            kwargs, guards = _read_constants(kwargs)
+        if kwargs:
+            for value in kwargs.values():  # a tensor passed as an argument (an index, a mask): read it, guard it
+                if isinstance(value, Node) or (type(value) is tuple and any(isinstance(v, Node) for v in value)):
+                    kwargs, guards = _read_constants(kwargs)
+                    break
         ctx = Context(cls, tensors, kwargs)
-        raw = cls.forward(ctx, *(t._data for t in tensors), **kwargs)
+        n = len(tensors)  # the arrays, passed without a generator for the usual one or two inputs
+        if n == 2:
+            raw = cls.forward(ctx, tensors[0]._data, tensors[1]._data, **kwargs)
+        elif n == 1:
+            raw = cls.forward(ctx, tensors[0]._data, **kwargs)
+        else:
+            raw = cls.forward(ctx, *[t._data for t in tensors], **kwargs)
         out = raw if type(raw) is np.ndarray else np.asarray(raw)
         requires_grad = grad_on and True in ctx.needs_input_grad and out.dtype.kind == "f"
         result = kind._result(out, ctx if requires_grad else None)
@@ -407,8 +406,9 @@ class Function:
                 ctx._record_saved(tensors, result)
             if guards:
                 ctx.saved_versions += guards
-        for hook in _forward_hooks:
-            hook(ctx, result)
+        if _forward_hooks:
+            for hook in _forward_hooks:
+                hook(ctx, result)
         return result
 
 
