@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import tinygrad_attn as ta
+from tinygrad_attn.engine import Function  # the array-level Function: its backward returns arrays
 
 
 def test_leaf_gradient_accumulates_over_backward_calls():
@@ -155,3 +156,108 @@ def test_custom_function_uses_the_same_pattern():
     Cube.apply(x).sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), [3.0, 12.0])
     assert ta.gradcheck(lambda t: Cube.apply(t), [ta.Tensor(np.array([0.3, -1.2]), requires_grad=True)])
+
+
+# A leaf's first gradient is the backward's own array when nothing else holds it (PyTorch's AccumulateGrad
+# steals it too), else a copy: never memory that anything else can see or change.
+
+class _Handing(Function):
+    """y = x, whose backward hands out `made[0]` (an array the test may or may not keep a reference to)."""
+
+    made: list = []
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.copy()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _Handing.made.pop()
+
+
+@pytest.mark.parametrize("size", [3, 1 << 16])  # numpy's own array, and one in the library's pooled memory
+def test_a_gradient_nobody_else_holds_becomes_grad_as_it_is(size):
+    from tinygrad_attn.kernels import buffers
+
+    x = ta.Tensor(np.ones(size, np.float32), requires_grad=True)
+    out = np.full(size, 2.0, np.float32) if size < 100 else buffers.empty((size,), np.float32)
+    out[...] = 2.0
+    address = out.__array_interface__["data"][0]
+    _Handing.made = [out]
+    del out  # the backward's array is now held by the engine alone
+    _Handing.apply(x).backward(np.ones(size, np.float32))
+    assert x.grad._data.__array_interface__["data"][0] == address  # kept, not copied
+    np.testing.assert_array_equal(x.grad.numpy(), 2.0)
+
+
+def test_a_gradient_held_elsewhere_is_copied():
+    x = ta.Tensor(np.ones(5, np.float32), requires_grad=True)
+    kept = np.full(5, 2.0, np.float32)
+    _Handing.made = [kept]
+    _Handing.apply(x).backward(np.ones(5, np.float32))
+    kept[...] = 7.0  # the caller's array changes later: the gradient does not
+    np.testing.assert_array_equal(x.grad.numpy(), 2.0)
+
+
+@pytest.mark.parametrize("size", [4, 1 << 16])
+def test_leaves_never_share_a_gradient_or_the_callers(size):
+    a, b = (ta.Tensor(np.ones(size, np.float32), requires_grad=True) for _ in range(2))
+    g = np.ones(size, np.float32)
+    ta.functional.relu(a + b).backward(g)  # Add hands one array to both leaves
+    assert not np.shares_memory(a.grad._data, b.grad._data)
+    c = ta.Tensor(np.ones(size, np.float32), requires_grad=True)
+    c.clone().backward(g)  # Clone's backward passes the caller's gradient on as it is
+    assert not np.shares_memory(c.grad._data, g)
+    c.grad = None
+    c.backward(g)
+    assert not np.shares_memory(c.grad._data, g)
+    views = []
+    d = ta.Tensor(np.ones(size, np.float32), requires_grad=True)
+    d.register_hook(lambda grad: views.append(grad))  # a hook that keeps the gradient it saw
+    (d * 2.0).backward(g)
+    assert not np.shares_memory(d.grad._data, views[0]._data)
+
+
+def test_a_view_of_pooled_memory_seen_elsewhere_is_copied():
+    from tinygrad_attn.kernels import buffers
+
+    n = 1 << 15
+    x = ta.Tensor(np.ones(n, np.float32), requires_grad=True)
+    kept = []
+
+    class Half(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.copy()
+
+        @staticmethod
+        def backward(ctx, grad):
+            both = buffers.empty((2, n), np.float32)
+            both[...] = 2.0
+            kept.append(both)  # the whole buffer stays visible here
+            return both[0]
+
+    Half.apply(x).backward(np.ones(n, np.float32))
+    kept[0][...] = 5.0
+    np.testing.assert_array_equal(x.grad.numpy(), 2.0)
+
+
+def test_a_view_of_the_callers_bytes_is_copied():
+    n = 1 << 15
+    x = ta.Tensor(np.ones(n, np.float32), requires_grad=True)
+    raw = [np.zeros(4 * n, np.uint8)]  # bytes the caller keeps (held as a pooled buffer would be: by a list)
+
+    class Bytes(Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.copy()
+
+        @staticmethod
+        def backward(ctx, grad):
+            view = raw[0].view(np.float32)
+            view[...] = 2.0
+            return view
+
+    Bytes.apply(x).backward(np.ones(n, np.float32))
+    raw[0][...] = 0
+    np.testing.assert_array_equal(x.grad.numpy(), 2.0)

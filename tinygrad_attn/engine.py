@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -193,6 +194,11 @@ class Node:
     subclass."""
 
     __slots__ = ()
+
+    @staticmethod
+    def _private_view(a: np.ndarray) -> bool:
+        """Whether a view's memory is seen through it alone (tensor.py's Tensor knows the library's own buffers)."""
+        return False
 
 
 class Context:
@@ -608,7 +614,7 @@ def run_backward(roots: list[Node], grads: list[Any], retain_graph: bool, create
                     for i in wanted.get(id(node), ()):
                         found[i] = g
                 elif only is None or id(node) in only:
-                    _accumulate(node, g, create_graph)
+                    _accumulate(node, g, create_graph, last_use=True)
                 continue
             ctx = node
             if not plain or ctx.watched:  # its tensor has hooks, retains its gradient, or was asked for
@@ -652,17 +658,42 @@ def run_backward(roots: list[Node], grads: list[Any], retain_graph: bool, create
                 pending[key] = pg if key not in pending else pending[key] + pg
             if not retain_graph:
                 ctx.release()
+            input_grads = pg = None  # what was passed on is held by `pending` alone (a leaf may then keep it)
     return found if inputs is not None else None
 
 
-def _accumulate(node: Node, g: Any, create_graph: bool) -> None:
+def _accumulate(node: Node, g: Any, create_graph: bool, last_use: bool = False) -> None:
     """node.grad += g: a new array each time (never written in place), a tensor with its graph under
-    create_graph."""
+    create_graph. A first gradient is g itself when g is no longer used (last_use) and nothing else holds it
+    (PyTorch's AccumulateGrad steals it so too), else a copy."""
     if create_graph:
         node.grad = g if node.grad is None else node.grad + g
         return
-    g_own = g.astype(node.dtype, copy=False)
-    node.grad = type(node)._result(g_own.copy() if node.grad is None else node.grad._data + g_own, None)
+    if node.grad is not None:
+        node.grad = type(node)._result(node.grad._data + g.astype(node.dtype, copy=False), None)
+        return
+    if g.dtype != node.dtype:
+        own = g.astype(node.dtype)  # a new array
+    elif (last_use and g.flags.writeable and sys.getrefcount(g) <= _SOLE_OWNER
+          and (g.base is None or type(node)._private_view(g))):
+        own = g  # held only by the caller's variable and this call, its memory by nothing else: kept as it is
+    else:
+        own = g.copy()
+    node.grad = type(node)._result(own, None)
+
+
+def _references_of(a: Any) -> int:
+    return sys.getrefcount(a)
+
+
+def _sole_owner_references() -> int:
+    """sys.getrefcount of an array held only by a caller's variable, read in the function it was passed to
+    (as _accumulate reads it): this interpreter's count, measured once rather than assumed."""
+    a = np.empty(1)
+    return _references_of(a)
+
+
+_SOLE_OWNER = _sole_owner_references()
 
 
 def tensor_dtype(dtype: Any, op: str) -> np.dtype:

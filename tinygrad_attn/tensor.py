@@ -46,6 +46,7 @@ from .engine import (
     watch,
 )
 from .fused import log_softmax, softmax
+from .kernels.buffers import only_view
 from .ops import (
     _TYPE_NAMES,
     Abs,
@@ -150,6 +151,7 @@ class Tensor(Node):
     # what a new tensor holds until it is set (read from the class, so making a tensor sets four fields only)
     grad, _base, _retains_grad, _view_of = None, None, False, None
     _hooks: dict | tuple = ()  # a dict of its own once a hook is registered
+    _private_view = staticmethod(only_view)  # a gradient in a pooled buffer nothing else views becomes .grad as it is
 
     def __init__(self, *data: Any, requires_grad: bool = False, dtype: Any = None):
         if len(data) != 1 or (isinstance(data[0], int) and not isinstance(data[0], bool)):  # Tensor(2, 3), Tensor()

@@ -40,6 +40,27 @@ def _references(buffers: list, i: int) -> int:
 _UNUSED = _references([np.empty(1, np.uint8)], 0)  # a buffer only the pool refers to, as counted here
 
 
+def _base_references(a: np.ndarray) -> int:
+    base = a.base
+    return sys.getrefcount(base)
+
+
+def _one_view_references() -> int:
+    pool = [np.empty(8, np.uint8)]
+    return _base_references(pool[0].view(np.float32).reshape(2))  # the pool's list and the one view
+
+
+_ONE_VIEW = _one_view_references()  # a buffer the pool and one array refer to, as _base_references counts
+
+
+def only_view(a: np.ndarray) -> bool:
+    """Whether a is a view of a pooled buffer that no other array views: its memory is seen through a alone."""
+    if _base_references(a) != _ONE_VIEW:  # counted first: the name `base` below is one more reference
+        return False
+    base = a.base
+    return type(base) is np.ndarray and base.dtype == np.uint8 and any(b is base for b in _pool.get(base.size, ()))
+
+
 def empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     """np.empty(shape, dtype), C-contiguous, in reused memory when it is large."""
     dtype = np.dtype(dtype)
