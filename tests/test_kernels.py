@@ -854,6 +854,19 @@ def test_share_out_gives_every_item_to_one_thread(work, n):
     assert len(bounds) - 1 == max(1, min(n, len(work))) and all(np.diff(bounds) >= 0)
 
 
+@given(groups=st.integers(1, 64), blocks=st.integers(1, 8), n=st.integers(2, 16))
+def test_share_out_keeps_whole_heads_together_when_that_shares_fairly(groups, blocks, n):
+    """Equal heads (causal blocks within each): runs of consecutive items, each thread's heads its own, so no
+    two threads write the rows of neighbouring heads; the work still within CONTIGUOUS_SLACK of a fair share."""
+    work = np.tile(np.arange(1, blocks + 1), groups)  # (group, query block): a later block sees more keys
+    bounds, items = layout.share_out(work, n)
+    loads = [work[items[a:b]].sum() for a, b in zip(bounds, bounds[1:])]
+    if list(items) == list(range(len(work))):  # runs: kept only when fair
+        assert max(loads) <= work.sum() / len(loads) * (1 + layout.CONTIGUOUS_SLACK) + 1e-9
+    if groups % n == 0:  # whole heads share out exactly
+        assert list(items) == list(range(len(work))) and all((b - a) % blocks == 0 for a, b in zip(bounds, bounds[1:]))
+
+
 def test_flash_attention_keeps_memory_per_tile():
     """At T = 2048 a T x T float64 matrix would be 32 MiB per head; the tiles stay far smaller."""
     import tracemalloc

@@ -147,14 +147,29 @@ def backward_plan(lead: tuple[int, int], grid: np.ndarray, tile: tuple[int, int]
     return _backward_plan(tuple(lead), _key(grid), tile, tq, tk, threads)
 
 
+CONTIGUOUS_SLACK = 0.05  # runs of consecutive items are kept when no thread gets more than this over its share
+
+
 def share_out(work: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:
     """Items 0..n-1 of the given work cut into `threads` lists of about equal work: (bounds, items), thread p
-    running items[bounds[p]:bounds[p + 1]]. Largest first, dealt out to the threads back and forth (1, 2,
-    .., n, n, .., 2, 1, 1, 2, ..): each round's largest item goes to the thread the round before gave the
-    smallest."""
+    running items[bounds[p]:bounds[p + 1]].
+
+    Runs of consecutive items when they share the work out within CONTIGUOUS_SLACK: a thread then writes
+    whole heads of the output, never rows a cache line shares with another thread's head (q, k, v and their
+    gradients are views of one packed projection, heads side by side in each row). Otherwise (a few items of
+    very unequal work) largest first, dealt out to the threads back and forth (1, 2, .., n, n, .., 2, 1, 1,
+    2, ..): each round's largest item goes to the thread the round before gave the smallest."""
     n_items = len(work)
     threads = max(1, min(threads, n_items))
-    order = np.argsort(-np.asarray(work, np.float64), kind="stable")
+    work = np.asarray(work, np.float64)
+    total = np.concatenate([[0.0], np.cumsum(work)])
+    cuts = np.searchsorted(total, total[-1] * np.arange(1, threads) / threads)  # first run end past each share
+    cuts -= (cuts > 0) & (total[cuts] - total[-1] * np.arange(1, threads) / threads >
+                          total[-1] * np.arange(1, threads) / threads - total[np.maximum(cuts - 1, 0)])  # the nearer
+    bounds = np.concatenate([[0], cuts, [n_items]]).astype(np.int64)
+    if np.all(np.diff(bounds) > 0) and np.diff(total[bounds]).max() <= total[-1] / threads * (1 + CONTIGUOUS_SLACK):
+        return bounds, np.arange(n_items, dtype=np.int64)
+    order = np.argsort(-work, kind="stable")
     turn = np.arange(n_items)
     lane = np.where((turn // threads) % 2 == 0, turn % threads, threads - 1 - turn % threads)
     by_lane = np.argsort(lane, kind="stable")
