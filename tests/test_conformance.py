@@ -69,7 +69,7 @@ SHAPED = {  # name -> f(library, a) on a (3, 4) float64 tensor a; values, dtypes
     "full": lambda m, a: m.full((2, 3), 1.5), "full_like": lambda m, a: m.full_like(a, 7),
     "zeros": lambda m, a: m.zeros(2, 3), "zeros_like": lambda m, a: m.zeros_like(a),
     "ones": lambda m, a: m.ones(2, dtype=m.int32), "ones_like": lambda m, a: m.ones_like(a),
-    "empty": lambda m, a: m.empty(2, 3) * 0, "empty_like": lambda m, a: m.empty_like(a) * 0,
+    "empty": lambda m, a: m.empty(2, 3).fill_(0.0), "empty_like": lambda m, a: m.empty_like(a).fill_(0),  # NaN * 0: NaN
     "tensor": lambda m, a: m.tensor([1, 2.5]), "as_tensor": lambda m, a: m.as_tensor([[1, 2]]),
     "from_numpy": lambda m, a: m.from_numpy(np.arange(3, dtype=np.int32)),
     "BoolTensor": lambda m, a: m.BoolTensor([True, False]), "ByteTensor": lambda m, a: m.ByteTensor([1, 2]),

@@ -261,3 +261,15 @@ def test_a_view_of_the_callers_bytes_is_copied():
     Bytes.apply(x).backward(np.ones(n, np.float32))
     raw[0][...] = 0
     np.testing.assert_array_equal(x.grad.numpy(), 2.0)
+
+
+def test_a_number_made_into_an_operand_cannot_be_changed_in_place():
+    x = ta.Tensor(np.ones(3, np.float32), requires_grad=True)
+    y = x * 0.5
+    constant = y.grad_fn.inputs[1]  # the 0.5, as the op holds it
+    with pytest.raises(RuntimeError, match="cannot be changed in place"):
+        constant.mul_(2.0)
+    with pytest.raises(RuntimeError, match="cannot be changed in place"):
+        constant[...] = 3.0
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), 0.5)

@@ -201,6 +201,11 @@ class Node:
         return False
 
 
+# The version counter of an operand an operator made from a number (x * 0.5): one shared tuple, as nothing can
+# change such an operand in place (tensor.py refuses to), so its op records no version for it.
+CONSTANT_VERSION = (0,)
+
+
 class Context:
     """What one application of a Function leaves for its backward.
 
@@ -241,7 +246,8 @@ class Context:
             for t in tensors:
                 if arr is t._data:
                     counter = t._version_counter
-                    owners.append((t, counter, counter[0]))
+                    if counter is not CONSTANT_VERSION:  # an operand made from a number never changes
+                        owners.append((t, counter, counter[0]))
                     break
             else:
                 base = arr.base  # a view of an input or of the output (a reshaped row block, say)

@@ -29,6 +29,7 @@ from .checks import (
 from .dtypes import DEFAULT_FLOAT, is_number, result_type
 from .engine import (
     _CPU,
+    CONSTANT_VERSION,
     Context,
     Function,
     Node,
@@ -205,6 +206,13 @@ class Tensor(Node):
         t._data, t.requires_grad, t._ctx, t._version_counter = data, ctx is not None, ctx, [0]
         return t
 
+    @staticmethod
+    def _constant(data: np.ndarray) -> Tensor:
+        """An operand made from a number for one op (the 0.5 of x * 0.5): no list of its own to count versions."""
+        t = object.__new__(Tensor)
+        t._data, t.requires_grad, t._ctx, t._version_counter = data, False, None, CONSTANT_VERSION
+        return t
+
     @classmethod
     def _wrap(cls, value: Any) -> Tensor:
         """A number or array as a tensor with no history: floats float32 unless an array says otherwise."""
@@ -247,7 +255,13 @@ class Tensor(Node):
 
     def bump_version(self) -> None:
         """Count one in-place change of this tensor's memory (and of every view sharing it)."""
+        self._refuse_constant("an in-place change")
         self._version_counter[0] += 1
+
+    def _refuse_constant(self, op: str) -> None:
+        if self._version_counter is CONSTANT_VERSION:
+            raise RuntimeError(f"{op}: a number an operator turned into a tensor (the 0.5 of x * 0.5) cannot be "
+                               "changed in place: it belongs to the op that made it")
 
     def numel(self) -> int:
         """The number of elements (PyTorch's name; `size()` is the shape)."""
@@ -414,7 +428,7 @@ class Tensor(Node):
         if kind is Tensor and other._data.dtype == own:
             return self, other
         if (kind is float or kind is int) and own.kind == "f":  # the common case: x * 0.5 keeps x's dtype
-            return self, Tensor._result(np.asarray(other, own), None)
+            return self, Tensor._constant(np.asarray(other, own))
         number = not isinstance(other, Tensor)
         dtype = result_type(self, other)
         other = self._operand(other)
@@ -425,7 +439,7 @@ class Tensor(Node):
     def _binary(self, op: type[Function], other: Any, reverse: bool = False) -> Tensor:
         kind = type(other)
         if kind is float and not reverse and self._data.dtype.kind == "f":  # x * 0.5: the commonest case, direct
-            return op.apply(self, Tensor._result(np.asarray(other, self._data.dtype), None))
+            return op.apply(self, Tensor._constant(np.asarray(other, self._data.dtype)))
         if kind is not Tensor and not isinstance(other, (Tensor, np.ndarray, np.generic, complex)) and not is_number(
                 other):
             if hasattr(kind, "__ta_function__"):  # a traced stand-in (flex attention's modifiers): its own operator
@@ -1016,6 +1030,7 @@ class Tensor(Node):
         root is rebased as PyTorch's CopySlices does: root = root_old with the view's entries replaced, so
         the gradient of those entries goes to the written value and the rest to root_old. Every write
         counts one on the version counter, which backward checks against what each op saved."""
+        self._refuse_constant(op)
         if not self._data.flags.writeable:
             raise RuntimeError(f"{op}: this tensor's data (shape {self.shape}) is a read-only view (from expand); "
                                "clone() it first")
@@ -1449,6 +1464,7 @@ class Tensor(Node):
         index = normalize_index(index, self.shape)
         if isinstance(value, Tensor) or not is_number(value):
             value = self._operand(value if isinstance(value, Tensor) else np.asarray(value))
+        self._refuse_constant("item assignment")
         if not is_grad_enabled() or not (self.requires_grad or (isinstance(value, Tensor) and value.requires_grad)):
             if not self._data.flags.writeable:
                 raise RuntimeError(f"item assignment: this tensor's data (shape {self.shape}) is a read-only view "
