@@ -412,7 +412,8 @@ class Function:
                         result._view_of = (t, cls, kwargs, root, root._ctx)
                     break
         if requires_grad:
-            ctx.parents = tuple([t._ctx or t for t in tensors])
+            ctx.parents = ((tensors[0]._ctx or tensors[0], tensors[1]._ctx or tensors[1]) if n == 2
+                           else tuple([t._ctx or t for t in tensors]))
             if ctx.saved_tensors:
                 ctx.made = raw
                 ctx._record_saved(tensors, result)
