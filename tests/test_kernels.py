@@ -237,9 +237,9 @@ LAYOUTS = st.sampled_from(["row-major", "transposed", "reversed", "strided"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("blas_threads, private", [(1, False), (2, False), (2, True)])
 @given(n=st.integers(0, 9), k=st.integers(0, 20), m=st.integers(0, 6), a_how=LAYOUTS, b_how=LAYOUTS,
-       seed=st.integers(0, 2**16))
+       seed=st.integers(0, 2**16), biased=st.booleans())
 def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, blas_threads, private, n, k, m, a_how, b_how,
-                                               seed):
+                                               seed, biased):
     """row_split_matmul's blocks, each a BLAS call from numba's threads (small blocks adding up chunks of the
     inner dimension when BLAS has threads of its own, whole blocks when it has one or when the private copy
     of OpenBLAS runs them), against numpy's a @ b, for every layout; a layout BLAS cannot be told about
@@ -248,10 +248,11 @@ def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, blas_threads,
         pytest.skip("no private OpenBLAS copy here")
     rng = np.random.default_rng(seed)
     a, b = _view(rng, (n, k), dtype, a_how), _view(rng, (k, m), dtype, b_how)
+    bias = rng.normal(size=m).astype(dtype) if biased else None  # a Linear's, added by the blocks
     with monkeypatch.context() as mp:  # per example: the record starts empty
         calls = products_on_numba_threads(mp, blas_threads, private)
-        got = parallel.row_split_matmul(a, b)
-    np.testing.assert_allclose(got, a @ b, **tol(dtype))
+        got = parallel.row_split_matmul(a, b, bias)
+    np.testing.assert_allclose(got, a @ b + (0 if bias is None else bias), **tol(dtype))
     describable = all(_blas_can_read(x, h) for x, h in ((a, a_how), (b, b_how))) and min(n, k, m) > 0
     if n > 1 and describable and parallel._safe_numba_layer() and parallel.kernel_gemm(np.dtype(dtype))[0] is not None:
         assert calls
@@ -260,9 +261,24 @@ def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, blas_threads,
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@given(n=st.integers(1, 9), k=st.integers(1, 9), m=st.integers(1, 9), rows=st.integers(1, 4), cols=st.integers(1, 4),
+       depth=st.integers(1, 4), seed=st.integers(0, 2**16))
+def test_product_blocks_start_from_the_bias(dtype, n, k, m, rows, cols, depth, seed):
+    """matmul_blocks on blocks of every size: each block filled with its columns of the bias, then its products
+    added in chunks of the inner dimension, against numpy's a @ b + bias."""
+    gemm = parallel.kernel_gemm(np.dtype(dtype))[0]
+    rng = np.random.default_rng(seed)
+    a, b, bias = rng.normal(size=(n, k)).astype(dtype), rng.normal(size=(k, m)).astype(dtype), rng.normal(size=m)
+    out = np.full((n, m), np.nan, dtype)
+    blocks = -(-n // rows) * -(-m // cols)
+    parallel.any_layout(blas.matmul_blocks)(a, b, out, bias.astype(dtype), rows, cols, depth, gemm, 0, blocks)
+    np.testing.assert_allclose(out, a @ b + bias.astype(dtype), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @given(n=st.integers(2, 9), k=st.integers(1, 6), m=st.integers(1, 6), limit=st.integers(1, 40), a_how=LAYOUTS,
-       b_how=LAYOUTS, seed=st.integers(0, 2**16))
-def test_products_on_the_calling_thread_equal_numpy(monkeypatch, dtype, n, k, m, limit, a_how, b_how, seed):
+       b_how=LAYOUTS, seed=st.integers(0, 2**16), biased=st.booleans())
+def test_products_on_the_calling_thread_equal_numpy(monkeypatch, dtype, n, k, m, limit, a_how, b_how, seed, biased):
     """A product too small for numba's threads while BLAS has threads of its own: cut into blocks BLAS runs on
     the caller (rows by numpy's `@` when they fit a few blocks, the compiled blocks otherwise), against a @ b."""
     rng = np.random.default_rng(seed)
@@ -272,8 +288,9 @@ def test_products_on_the_calling_thread_equal_numpy(monkeypatch, dtype, n, k, m,
         mp.setattr(blas, "ONE_THREAD_PRODUCT", limit)
         mp.setattr(parallel, "blas_threads", lambda: 2)
         mp.setattr(parallel, "_num_threads", 1)
-        got = parallel.row_split_matmul(a, b)
-    np.testing.assert_allclose(got, a @ b, **tol(dtype))
+        bias = rng.normal(size=m).astype(dtype) if biased else None
+        got = parallel.row_split_matmul(a, b, bias)
+    np.testing.assert_allclose(got, a @ b + (0 if bias is None else bias), **tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

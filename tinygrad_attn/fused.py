@@ -225,9 +225,7 @@ class LinearFunction(Function):
         rows = rows_of(x)  # (N, in)
         ctx.save_for_backward(rows, weight)
         ctx.input_shape = x.shape
-        y = row_split_matmul(rows, weight.T)  # (N, in) @ (in, out)
-        if bias is not None:
-            y += bias
+        y = row_split_matmul(rows, weight.T, bias)  # (N, in) @ (in, out) + b
         return y.reshape(x.shape[:-1] + weight.shape[:1])  # (..., out)
 
     @staticmethod

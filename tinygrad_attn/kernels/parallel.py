@@ -196,8 +196,9 @@ def _on_numba_threads(n: int, kernel: Callable, *args):
         numba.set_num_threads(previous)
 
 
-def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a (N, K) @ b (K, M), cut into blocks on numba's threads, so that BLAS's own threads never run beside them.
+def row_split_matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """a (N, K) @ b (K, M) (+ bias (M,) on every row), cut into blocks on numba's threads, so that BLAS's own
+    threads never run beside them.
 
     With BLAS on one thread (after set_num_threads, or OPENBLAS_NUM_THREADS=1), one whole block per thread
     (blas.product_parts). Otherwise (by default) blocks of at most ONE_THREAD_PRODUCT multiply-adds
@@ -205,35 +206,46 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     threads on the same cores (BLAS's and numba's, each spinning a while after its work) made a training
     step much slower. A product too small to share is numpy's `@`, as is any product when BLAS is
     on one thread and so are we; one of up to FEW_BLOCKS blocks' work is cut into whole rows, each numpy's `@`
-    (cheaper than a kernel call at small sizes, and one kernel fewer to compile on a first run)."""
+    (cheaper than a kernel call at small sizes, and one kernel fewer to compile on a first run). The blocks
+    of numba's threads start from the bias (each block filled while in cache); numpy's `@` adds it after."""
     if (a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or a.dtype != b.dtype or a.shape[0] < 2
-            or 0 in a.shape + b.shape):
-        return a @ b  # numpy's own checks, messages and promotions for anything else
+            or 0 in a.shape + b.shape or (bias is not None and (bias.shape != b.shape[1:] or bias.dtype != a.dtype))):
+        return _plus(a @ b, bias)  # numpy's own checks, messages and promotions for the rest
     m, k, n_cols = a.shape[0], a.shape[1], b.shape[1]
     out = buffers.empty((m, n_cols), a.dtype)
     work = float(m) * k * n_cols
     if work <= ONE_THREAD_PRODUCT:  # one block: BLAS runs it on this thread
-        return np.matmul(a, b, out=out)
+        return _plus(np.matmul(a, b, out=out), bias)
     n = threads_for(work, MIN_PRODUCT_WORK)
     if n <= 1 and blas_threads() == 1:
-        return np.matmul(a, b, out=out)
+        return _plus(np.matmul(a, b, out=out), bias)
     if n <= 1 and work <= FEW_BLOCKS * ONE_THREAD_PRODUCT and k * n_cols <= ONE_THREAD_PRODUCT:
         step = ONE_THREAD_PRODUCT // (k * n_cols)  # whole rows: numpy's `@` per block, faster than a kernel call
         for r0 in range(0, m, step):
             np.matmul(a[r0:r0 + step], b, out=out[r0:r0 + step])
-        return out
+        return _plus(out, bias)
     gemm, blas_alone = kernel_gemm(a.dtype)
     a_operand, b_operand = blas_operand(a), blas_operand(b)
     if gemm is None or a_operand is None or b_operand is None:
-        return np.matmul(a, b, out=out)
+        return _plus(np.matmul(a, b, out=out), bias)
+    bias = _NO_BIAS[a.dtype.char] if bias is None else bias  # (0,): none (one kernel version either way)
     rows, cols, depth = (product_parts(m, k, n_cols, n) if blas_alone else
                          product_blocks(m, k, n_cols, a_operand[0], b_operand[0]))
     blocks = -(-m // rows) * -(-n_cols // cols)
     if n <= 1:
-        any_layout(matmul_blocks)(a, b, out, rows, cols, depth, gemm, 0, blocks)
+        any_layout(matmul_blocks)(a, b, out, bias, rows, cols, depth, gemm, 0, blocks)
     else:
-        _on_numba_threads(n, any_layout(matmul_blocks_parallel), a, b, out, rows, cols, depth, gemm,
+        _on_numba_threads(n, any_layout(matmul_blocks_parallel), a, b, out, bias, rows, cols, depth, gemm,
                           min(blocks, ROW_PARTS_PER_THREAD * n))
+    return out
+
+
+_NO_BIAS = {np.dtype(t).char: np.zeros(0, t) for t in (np.float32, np.float64)}
+
+
+def _plus(out: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    if bias is not None:
+        out += bias
     return out
 
 
@@ -254,7 +266,8 @@ def column_sums(a: np.ndarray) -> np.ndarray:
     if gemm is None or not alone or 0 in a.shape or blas_operand(a) is None:
         return a.sum(axis=0)
     out = np.empty((1, a.shape[1]), a.dtype)
-    any_layout(matmul_blocks)(np.ones((1, a.shape[0]), a.dtype), a, out, 1, a.shape[1], a.shape[0], gemm, 0, 1)
+    any_layout(matmul_blocks)(np.ones((1, a.shape[0]), a.dtype), a, out, _NO_BIAS[a.dtype.char], 1, a.shape[1],
+                              a.shape[0], gemm, 0, 1)
     return out[0]
 
 
