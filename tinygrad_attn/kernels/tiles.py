@@ -24,22 +24,14 @@ from . import SAFE_FASTMATH
 from .vector import exp_vectorizable, maximum, wide_vectors
 from .visibility import row_columns
 
-SHORT_ROW = 32  # a tile of at most this many keys runs each row it sees in part as one loop over all n columns
-
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
-def row_max(s, i, first, stop, start, n):
+def row_max(s, i, first, stop, start):
     """max(start, s[i, first], ..., s[i, stop - 1]), NaN if any of them is NaN. The columns run as unsigned
     numbers (first >= 0): a signed index may be negative, which numba wraps around, and LLVM would not
-    vectorise the loop. A row of a short tile (n <= SHORT_ROW) seen in part is one loop over its n columns,
-    the hidden ones selected away: a loop of a few columns would run element by element."""
+    vectorise the loop."""
     wide_vectors()
     m = start
-    if n <= SHORT_ROW and (first > 0 or stop < n):
-        low = s.dtype.type(-np.inf)
-        for j in range(n):
-            m = maximum(m, s[i, j] if (j >= first) & (j < stop) else low)
-        return m
     for j in range(np.uint64(first), np.uint64(maximum(first, stop))):
         m = maximum(m, s[i, j])
     return m
@@ -59,11 +51,6 @@ def exp_shifted(s, n, shift, q_start, k_start, lo, hi):
         if shift_i == -np.inf:
             first, stop = 0, 0
         stop = maximum(first, stop)
-        if n <= SHORT_ROW and (first > 0 or stop < n):  # a short row seen in part: one loop, as in row_max
-            for j in range(n):
-                e = exp_vectorizable(s[i, j] - shift_i)
-                s[i, j] = e if (j >= first) & (j < stop) else zero
-            continue
         for j in range(np.uint64(0), np.uint64(first)):
             s[i, j] = zero
         for j in range(np.uint64(first), np.uint64(stop)):
@@ -87,7 +74,7 @@ def online_softmax(s, n, m, l, alpha, q_start, k_start, lo, hi, last):  # noqa: 
     for i in range(bq):
         first, stop = row_columns(i, n, q_start, k_start, lo, hi)
         alpha[i] = m[i]  # the old max, for now
-        m[i] = row_max(s, i, first, stop, m[i], n)
+        m[i] = row_max(s, i, first, stop, m[i])
     for i in range(bq):  # a loop of its own, vectorised over the rows
         alpha[i] = exp_vectorizable(alpha[i] - m[i]) if alpha[i] > -np.inf else s.dtype.type(0)
     exp_shifted(s, n, m, q_start, k_start, lo, hi)
