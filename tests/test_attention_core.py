@@ -407,3 +407,27 @@ def test_no_python_runs_inside_attentions_parallel_work(monkeypatch):
     assert 0 < left_when_held < flat.size, "the parts must be under way, and not done, when the GIL is taken"
     assert filled and done
     np.testing.assert_allclose(out, flash.attention_reference(q, k, v, 0.2, True, None), rtol=1e-4, atol=1e-5)
+
+
+def test_the_backward_reads_the_rows_the_forward_copied(monkeypatch):
+    """q, k, v of a packed projection lie apart in memory; the forward copies them to contiguous rows for its
+    tiles, and the backward reads those copies (only the output's gradient is copied again), with the same
+    gradients as the math path."""
+    from tinygrad_attn.kernels import buffers, layout
+
+    rng = np.random.default_rng(0)
+    qkv_np = rng.normal(size=(2, 256, 3, 2, 16))  # T 256: several query blocks read each row
+    grads = []
+    for path in ("flash", "math"):
+        qkv = ta.Tensor(qkv_np, requires_grad=True)
+        with ta.sdpa_kernel(path):
+            out = F.packed_self_attention(qkv, is_causal=True)
+            copies, real = [], buffers.contiguous
+            monkeypatch.setattr(layout.buffers, "contiguous",
+                                lambda a, copies=copies, real=real: copies.append(a.shape) or real(a))
+            out.backward(np.ones(out.shape))
+            monkeypatch.setattr(layout.buffers, "contiguous", real)
+        if path == "flash":
+            assert len(copies) == 1, copies  # the output's gradient alone
+        grads.append(qkv.grad.numpy())
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-9, atol=1e-10)

@@ -322,15 +322,17 @@ class FlashAttention(Function):
         q, k, v, lead = _heads(inputs[:3])  # (P, Q, T, d) grids, views where the strides allow
         grid_mask = grid_bias(bias, lead)
         captured = _flat(inputs[3:])
-        out, lse = flash_attention_forward(q, k, v, scale, variant, grid_mask, captured)
-        ctx.save_for_backward(q, k, v, out, lse, grid_mask)
+        out, lse, read = flash_attention_forward(q, k, v, scale, variant, grid_mask, captured)
+        # q, k, v for their versions; `read`, the rows the kernel read (copies when the views' lie apart), for
+        # the backward to read as they are rather than copy again
+        ctx.save_for_backward(q, k, v, out, lse, grid_mask, *read)
         ctx.scale, ctx.variant, ctx.lead, ctx.captured = scale, variant, lead, captured
         out = out.reshape(lead + out.shape[2:])  # (..., Tq, dv)
         return np.swapaxes(out, -3, -2) if packed else out  # packed: (..., T, H, d)
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, out, lse, grid_mask = ctx.saved_tensors
+        _, _, _, out, lse, grid_mask, q, k, v = ctx.saved_tensors
         packed = len(ctx.inputs) == 1
         grad = as_group_grid(np.swapaxes(grad, -3, -2) if packed else grad)  # (P, Q, Tq, dv)
         if not packed:

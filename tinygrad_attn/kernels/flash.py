@@ -361,7 +361,8 @@ def flash_attention_forward(q, k, v, scale, variant, bias, captured=None):
     """q (P, Q, Tq, d), k (P, Q / group, Tk, d), v (P, Q / group, Tk, dv) grids (layout.as_group_grid); bias
     from grid_bias; the variant's modifier reads `captured` (float64, flat).
 
-    Returns out (P, Q, Tq, dv), laid out like q, and lse (P, Q, Tq).
+    Returns out (P, Q, Tq, dv), laid out like q, lse (P, Q, Tq), and the q, k, v the kernel read (contiguous
+    copies where the given rows lie apart, else the arrays given), which the backward may take as they are.
     """
     out, lse = new_like(q, v.shape[3]), buffers.empty(q.shape[:3], q.dtype)  # out laid out like the q given
     lead, tq, tk, tile, threads, reused, grid = _plan_of(q, k, v, variant)
@@ -372,7 +373,7 @@ def flash_attention_forward(q, k, v, scale, variant, bias, captured=None):
                       q, k, v, kernel_variant, variant.modify, out, lse,
                       kernel_gemm(q.dtype)[0])
     _checked(grads, variant)
-    return out, lse
+    return out, lse, (q, k, v)
 
 
 def flash_attention_backward(grad_out, q, k, v, out, lse, scale, variant, bias, grads=None, captured=None):
