@@ -189,7 +189,8 @@ class set_grad_enabled(_GradMode):
 class Node:
     """What the engine needs of a tensor: `_data` (its array), `_ctx` (the Context that made it, or None),
     `requires_grad`, `grad`, `_hooks`, `_retains_grad`, its version counter, the class methods
-    `_result(array, ctx)` and `_wrap(value)` that make new ones, and, for gradients that are tensors
+    `_result(array, ctx)` and `_wrap(value)` that make new ones, `_private_view(array)` (whether a view's
+    memory is seen through it alone, so a leaf may keep it as its gradient), and, for gradients that are tensors
     themselves (create_graph), the methods `sum`, `reshape` and `astype`. tensor.py's Tensor is the one
     subclass."""
 
