@@ -162,10 +162,10 @@ def share_out(work: np.ndarray, threads: int) -> tuple[np.ndarray, np.ndarray]:
     n_items = len(work)
     threads = max(1, min(threads, n_items))
     work = np.asarray(work, np.float64)
-    total = np.concatenate([[0.0], np.cumsum(work)])
-    cuts = np.searchsorted(total, total[-1] * np.arange(1, threads) / threads)  # first run end past each share
-    cuts -= (cuts > 0) & (total[cuts] - total[-1] * np.arange(1, threads) / threads >
-                          total[-1] * np.arange(1, threads) / threads - total[np.maximum(cuts - 1, 0)])  # the nearer
+    total = np.concatenate([[0.0], np.cumsum(work)])  # total[i]: the work of items 0..i-1
+    shares = total[-1] * np.arange(1, threads) / threads  # where each thread's run should end
+    cuts = np.searchsorted(total, shares)  # the first run end at or past each share, or the one before if nearer
+    cuts -= (cuts > 0) & (total[cuts] - shares > shares - total[np.maximum(cuts - 1, 0)])
     bounds = np.concatenate([[0], cuts, [n_items]]).astype(np.int64)
     if np.all(np.diff(bounds) > 0) and np.diff(total[bounds]).max() <= total[-1] / threads * (1 + CONTIGUOUS_SLACK):
         return bounds, np.arange(n_items, dtype=np.int64)
