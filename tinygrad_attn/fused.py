@@ -323,7 +323,7 @@ class FlashAttention(Function):
         grid_mask = grid_bias(bias, lead)
         captured = _flat(inputs[3:])
         out, lse, read = flash_attention_forward(q, k, v, scale, variant, grid_mask, captured)
-        # q, k, v for their versions; `read`, the rows the kernel read (copies when the views' lie apart), for
+        # q, k, v for their versions; `read`, the rows the kernel read (copies when the views' rows lie apart), for
         # the backward to read as they are rather than copy again
         ctx.save_for_backward(q, k, v, out, lse, grid_mask, *read)
         ctx.scale, ctx.variant, ctx.lead, ctx.captured = scale, variant, lead, captured
