@@ -16,6 +16,18 @@ from .memory import check_fits
 
 
 def check_broadcast(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape the given shapes broadcast to, or one clear error naming them."""
+    if len(shapes) == 2:  # the usual call (a binary op), without numpy's arrays: a dim agrees or is 1
+        a, b = shapes if len(shapes[0]) >= len(shapes[1]) else shapes[::-1]
+        out, offset = list(a), len(a) - len(b)
+        for i, n in enumerate(b):
+            m = a[offset + i]
+            if n != m and n != 1:
+                if m != 1:
+                    break
+                out[offset + i] = n
+        else:
+            return tuple(out)
     try:
         return np.broadcast_shapes(*shapes)
     except ValueError:
@@ -38,6 +50,8 @@ def check_matmul(a: tuple[int, ...], b: tuple[int, ...], itemsize: int = 8) -> N
 
 
 def normalize_dim(dim: int, ndim: int, op: str) -> int:
+    if type(dim) is int and -ndim <= dim < ndim:  # the usual call
+        return dim % ndim
     if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
         raise TypeError(f"{op}: dim must be an int, got {dim!r}")
     if not -max(ndim, 1) <= dim < max(ndim, 1):
@@ -87,8 +101,13 @@ def resolve_shape(shape: tuple[Any, ...], current: tuple[int, ...], op: str = "r
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     size = math.prod(current)
-    if all(type(n) is int and n >= 0 for n in shape) and math.prod(shape) == size:  # the usual call: nothing to fix
-        return tuple(shape)
+    if all(type(n) is int and n >= -1 for n in shape):  # the usual call: ints, at most one -1
+        holes = shape.count(-1)
+        if holes == 0 and math.prod(shape) == size:
+            return tuple(shape)
+        known = -math.prod(shape)  # the other sizes' product, when there is one -1
+        if holes == 1 and known > 0 and size % known == 0:
+            return tuple(size // known if n == -1 else n for n in shape)
     if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) for n in shape):
         raise TypeError(f"{op}: sizes must be ints, got {shape!r}")
     shape = tuple(int(n) for n in shape)

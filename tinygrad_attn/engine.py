@@ -202,6 +202,9 @@ class Node:
         return False
 
 
+_SHARED_NEEDS = {needs: needs for needs in [(a,) for a in (False, True)] + [(a, b) for a in (False, True)
+                                                                          for b in (False, True)]}
+
 # The version counter of an operand an operator made from a number (x * 0.5): one shared tuple, as nothing can
 # change such an operand in place (tensor.py refuses to), so its op records no version for it.
 CONSTANT_VERSION = (0,)
@@ -217,19 +220,21 @@ class Context:
     """
 
     # Fixed fields in slots (one is made per op: no dict to allocate unless a rule sets an attribute of its own):
-    # saved_versions: (tensor, counter, version) of each tensor whose memory a saved array is; made: what
-    # forward returned, kept when it saved arrays (one may be it); parents: the graph's edges, each input's
-    # node when the op ran (the Context that made it, or the leaf itself), so an in-place change of an input
-    # later (which gives it a new Context) reroutes nothing recorded here. Rarely set, so read from the class
-    # until then: watched, its tensor has hooks or retains its gradient, and output is then a weak reference to it.
+    # saved_versions: tensor (the output: its array), counter, version, one after another, of each tensor whose
+    # memory a saved array is; made: what forward returned, kept when it saved arrays (one may be it); parents:
+    # the graph's edges, each input's node when the op ran (the Context that made it, or the leaf itself), so an
+    # in-place change of an input later (which gives it a new Context) reroutes nothing recorded here. Rarely set,
+    # so read from the class until then: watched, its tensor has hooks or retains its gradient, and output is then
+    # a weak reference to it.
     __slots__ = ("function", "inputs", "kwargs", "needs_input_grad", "scope", "saved_tensors", "saved_versions",
                  "made", "parents", "__dict__")
     output, watched = None, False
 
     def __init__(self, function: type[Function], inputs: tuple[Node, ...], kwargs: dict):
         self.function, self.inputs, self.kwargs = function, inputs, kwargs
-        self.needs_input_grad = ((inputs[0].requires_grad, inputs[1].requires_grad) if len(inputs) == 2
-                                 else tuple([t.requires_grad for t in inputs]))
+        needs = ((inputs[0].requires_grad, inputs[1].requires_grad) if len(inputs) == 2
+                 else tuple([t.requires_grad for t in inputs]))
+        self.needs_input_grad = _SHARED_NEEDS.get(needs, needs)  # one tuple kept per pattern: fewer objects for the GC
         self.scope = module_scope.get()  # the module whose forward made this node (None outside modules)
         self.saved_tensors = self.saved_versions = self.parents = ()
         self.made = None
@@ -240,7 +245,7 @@ class Context:
     def _record_saved(self, tensors: tuple[Node, ...], result: Node) -> None:
         """Remember the version of every tensor whose memory a saved array is (or views), so that backward can
         refuse values an in-place op changed since."""
-        owners = []
+        owners, memory = [], None  # flat: tensor, counter, version, tensor, ...
         for arr in self.saved_tensors:
             if arr is None or type(arr) is not np.ndarray:
                 continue
@@ -248,14 +253,18 @@ class Context:
                 if arr is t._data:
                     counter = t._version_counter
                     if counter is not CONSTANT_VERSION:  # an operand made from a number never changes
-                        owners.append((t, counter, counter[0]))
+                        owners += (t, counter, counter[0])
                     break
             else:
+                if memory is None:  # each tensor's array and its base, read once for all the saved arrays
+                    memory = [(t, t, t._data, t._data.base) for t in tensors]
+                    # the output by its array: the tensor itself here would hold its own node (a cycle, which
+                    # only the garbage collector could free), as PyTorch's saved outputs do not hold theirs
+                    memory.append((result, result._data, result._data, result._data.base))
                 base = arr.base  # a view of an input or of the output (a reshaped row block, say)
-                for t in tensors + (result,):
-                    own = t._data.base
-                    if arr is t._data or own is arr or (base is not None and (base is t._data or base is own)):
-                        owners.append((t, t._version_counter, t._version_counter[0]))
+                for t, named, data, own in memory:
+                    if arr is data or own is arr or (base is not None and (base is data or base is own)):
+                        owners += (named, t._version_counter, t._version_counter[0])
                         break
         if owners:
             self.saved_versions = tuple(owners)
@@ -275,7 +284,9 @@ class Context:
         return sources
 
     def check_versions(self) -> None:
-        for t, counter, version in self.saved_versions:
+        versions = self.saved_versions
+        for i in range(0, len(versions), 3):
+            t, counter, version = versions[i:i + 3]
             if counter[0] != version:
                 raise RuntimeError(
                     f"one of the variables needed for gradient computation has been modified by an inplace "
@@ -332,7 +343,7 @@ def _read_constants(kwargs: dict) -> tuple[dict, tuple]:
         read = []
         for item in items:
             if isinstance(item, Node):
-                guards.append((item, item._version_counter, item._version_counter[0]))
+                guards += (item, item._version_counter, item._version_counter[0])
                 item = item._data
             read.append(item)
         values[key] = tuple(read) if type(value) is tuple else read[0]
@@ -390,7 +401,7 @@ class Function:
         guards = ()
         if kwargs:
             for value in kwargs.values():  # a tensor passed as an argument (an index, a mask): read it, guard it
-                if isinstance(value, Node) or (type(value) is tuple and any(isinstance(v, Node) for v in value)):
+                if isinstance(value, Node) or (type(value) is tuple and _holds_node(value)):
                     kwargs, guards = _read_constants(kwargs)
                     break
         ctx = Context(cls, tensors, kwargs)
@@ -424,6 +435,13 @@ class Function:
             for hook in _forward_hooks:
                 hook(ctx, result)
         return result
+
+
+def _holds_node(items: tuple) -> bool:
+    for item in items:
+        if isinstance(item, Node):
+            return True
+    return False
 
 
 def watch(t: Node) -> None:

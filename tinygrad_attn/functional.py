@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import rng
-from .checks import check_indices, check_number, check_tensor, float_tensor
+from .checks import check_broadcast, check_indices, check_number, check_tensor, float_tensor
 from .engine import ScopedSetting
 from .fused import (
     EmbeddingLookup,
@@ -35,7 +35,6 @@ from .fused import (
     softmax,
 )
 from .kernels.flash import Variant
-from .kernels.visibility import UNBOUNDED
 from .losses import cross_entropy
 from .memory import check_fits
 from .tensor import Tensor
@@ -241,7 +240,7 @@ def _attention_mask(mask: Any, shape: tuple[int, ...]) -> np.ndarray | None:
     if mask.dtype.kind not in "bf":
         raise TypeError(f"mask: expected a bool (True = may attend) or float (additive) mask, got dtype {mask.dtype}")
     try:
-        fits = mask.ndim <= len(shape) and np.broadcast_shapes(mask.shape, shape) == shape
+        fits = mask.ndim <= len(shape) and check_broadcast("mask", mask.shape, shape) == shape
     except ValueError:
         fits = False
     if not fits:
@@ -320,7 +319,8 @@ def scaled_dot_product_attention(
         if mask is not None:
             raise TypeError("scaled_dot_product_attention: pass the mask as mask= or attn_mask=, not both")
         mask = attn_mask
-    q, k, v = (float_tensor(t, "scaled_dot_product_attention", n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+    op = "scaled_dot_product_attention"
+    q, k, v = float_tensor(q, op, "q"), float_tensor(k, op, "k"), float_tensor(v, op, "v")
     if not isinstance(enable_gqa, (bool, np.bool_)):
         raise TypeError(f"scaled_dot_product_attention: enable_gqa must be a bool, got {enable_gqa!r:.40}")
     group = 1
@@ -345,7 +345,7 @@ def scaled_dot_product_attention(
     mask = mask if learned else checked
     kernel = _choose_kernel(return_weights or dropout_p > 0.0 or learned, "scaled_dot_product_attention")
     if kernel == "flash":
-        variant = Variant.causal(is_causal) if group == 1 else Variant(hi=0 if is_causal else UNBOUNDED, group=group)
+        variant = Variant.causal(is_causal) if group == 1 else Variant.grouped(group, is_causal)
         return FlashAttention.apply(q, k, v, scale=scale, variant=variant, bias=_additive(mask, q.dtype))
     if group > 1:
         k, v = _grouped(q, k, v, group)

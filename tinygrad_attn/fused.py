@@ -224,7 +224,6 @@ class LinearFunction(Function):
     def forward(ctx, x, weight, bias=None):
         rows = rows_of(x)  # (N, in)
         ctx.save_for_backward(rows, weight)
-        ctx.input_shape = x.shape
         y = row_split_matmul(rows, weight.T, bias)  # (N, in) @ (in, out) + b
         return y.reshape(x.shape[:-1] + weight.shape[:1])  # (..., out)
 
@@ -243,7 +242,7 @@ def _linear_backward(ctx, grad, need_weight: bool, need_bias: bool):
     """(dX, dW, db) of y = x W^T + b from the rows X (N, in) and W that the forward saved; None where unneeded."""
     rows, weight = ctx.saved_tensors
     g = rows_of(grad)  # (N, out)
-    grad_x = row_split_matmul(g, weight).reshape(ctx.input_shape) if ctx.needs_input_grad[0] else None  # dX = g W
+    grad_x = row_split_matmul(g, weight).reshape(ctx.inputs[0].shape) if ctx.needs_input_grad[0] else None  # dX = g W
     grad_weight = row_split_matmul(g.T, rows) if need_weight else None  # dW = g^T X
     grad_bias = column_sums(g) if need_bias else None  # db = sum_n g_n
     return grad_x, grad_weight, grad_bias

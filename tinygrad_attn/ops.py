@@ -526,12 +526,11 @@ class Clamp(Rule):
 class Cast(Rule):
     @staticmethod
     def forward(ctx, a, dtype):
-        ctx.input_dtype = a.dtype
         return a.astype(dtype)
 
     @staticmethod
     def backward(ctx, grad):
-        return on(grad).cast(grad, ctx.input_dtype)
+        return on(grad).cast(grad, ctx.inputs[0].dtype)
 
 
 # --- reductions ------------------------------------------------------------------
@@ -541,13 +540,14 @@ class Sum(Rule):
     @staticmethod
     def forward(ctx, a, axis, keepdim):
         out = a.sum(axis=axis, keepdims=True)
-        ctx.input_shape, ctx.kept_shape = a.shape, out.shape  # the gradient is spread from the kept shape
         return out if keepdim else out.reshape(()) if axis is None else np.squeeze(out, axis)
 
     @staticmethod
     def backward(ctx, grad):
-        # every summed element receives the gradient of its sum
-        return on(grad).expand(grad.reshape(ctx.kept_shape), ctx.input_shape)
+        # every summed element receives the gradient of its sum, spread from the shape with the summed dims kept
+        shape, axis = ctx.inputs[0].shape, ctx.kwargs["axis"]
+        kept = tuple(1 if axis is None or i in axis else n for i, n in enumerate(shape))
+        return on(grad).expand(grad.reshape(kept), shape)
 
 
 class Max(Rule):
@@ -598,12 +598,11 @@ class Reshape(Rule):
 
     @staticmethod
     def forward(ctx, a, shape):
-        ctx.input_shape = a.shape
         return a.reshape(shape)
 
     @staticmethod
     def backward(ctx, grad):
-        return grad.reshape(ctx.input_shape)
+        return grad.reshape(ctx.inputs[0].shape)
 
 
 class Permute(Rule):
@@ -611,12 +610,12 @@ class Permute(Rule):
 
     @staticmethod
     def forward(ctx, a, dims):
-        ctx.dims = dims
         return a.transpose(dims)
 
     @staticmethod
     def backward(ctx, grad):
-        inverse = sorted(range(len(ctx.dims)), key=ctx.dims.__getitem__)  # the axis each dim went to
+        dims = ctx.kwargs["dims"]
+        inverse = sorted(range(len(dims)), key=dims.__getitem__)  # the axis each dim went to
         return on(grad).permute(grad, tuple(inverse))
 
 
@@ -657,12 +656,11 @@ class GetItem(Rule):
 
     @staticmethod
     def forward(ctx, a, index):
-        ctx.input_shape = a.shape
         return a[index]
 
     @staticmethod
     def backward(ctx, grad):
-        return on(grad).index_add(ctx.input_shape, ctx.kwargs["index"], grad)
+        return on(grad).index_add(ctx.inputs[0].shape, ctx.kwargs["index"], grad)
 
 
 class IndexAdd(Rule):
@@ -765,6 +763,19 @@ class Cat(Rule):
     def backward(ctx, grad):
         before = (slice(None),) * ctx.axis
         return tuple(grad[before + (slice(int(a), int(b)),)] for a, b in zip(ctx.bounds[:-1], ctx.bounds[1:]))
+
+
+class Stack(Rule):
+    """Same-shaped arrays joined along a new axis; each gets its slice of the gradient back."""
+
+    @staticmethod
+    def forward(ctx, *arrays, axis):
+        return np.stack(arrays, axis=axis)
+
+    @staticmethod
+    def backward(ctx, grad):
+        before = (slice(None),) * ctx.kwargs["axis"]
+        return tuple(grad[before + (i,)] for i in range(len(ctx.inputs)))
 
 
 class CopyInto(Rule):

@@ -101,6 +101,7 @@ from .ops import (
     Sin,
     Sinh,
     Sqrt,
+    Stack,
     Sub,
     Sum,
     TakeAlongDim,
@@ -975,7 +976,8 @@ class Tensor(Node):
 
     def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
         axis = normalize_dim(dim, self.ndim, "unbind")
-        return tuple(self[(slice(None),) * axis + (i,)] for i in range(self.shape[axis]))
+        before = (slice(None),) * axis
+        return tuple(GetItem.apply(self, index=before + (i,)) for i in range(self.shape[axis]))
 
     def outer(self, other: Any) -> Tensor:
         other = check_tensor(other, "outer", "vec2")
@@ -1355,11 +1357,12 @@ class Tensor(Node):
     def view(self, *shape: Any) -> Tensor:
         """reshape that never copies: like PyTorch, a layout that would need a copy raises."""
         target = resolve_shape(shape, self.shape, "view")
-        if self._data.size and not np.may_share_memory(self._data.reshape(target), self._data):
+        data = self._data
+        if data.size and not data.flags.c_contiguous and not np.may_share_memory(data.reshape(target), data):
             raise RuntimeError(f"view: shape {target} is not compatible with the strides of this tensor "
                                f"(shape {self.shape}, a non-contiguous view); use .reshape(...) or "
                                f".contiguous().view(...)")
-        return self.reshape(target)
+        return self if target == self.shape else Reshape.apply(self, shape=target)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
         if self.ndim == 0:
@@ -1488,8 +1491,9 @@ class Tensor(Node):
         return Permute.apply(self, dims=tuple(normalize_dim(d, self.ndim, "permute") for d in dims))
 
     def transpose(self, dim0: int, dim1: int) -> Tensor:
-        dims = list(range(self.ndim))
-        a, b = normalize_dim(dim0, self.ndim, "transpose"), normalize_dim(dim1, self.ndim, "transpose")
+        ndim = self._data.ndim
+        dims = list(range(ndim))
+        a, b = normalize_dim(dim0, ndim, "transpose"), normalize_dim(dim1, ndim, "transpose")
         dims[a], dims[b] = dims[b], dims[a]
         return Permute.apply(self, dims=tuple(dims))
 
@@ -1512,6 +1516,11 @@ class Tensor(Node):
         return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
 
     def __getitem__(self, index: Any) -> Tensor:
+        if _basic_index(index):  # ints, slices, None, Ellipsis: a view, checked by numpy as it is taken
+            try:
+                return GetItem.apply(self, index=index)
+            except IndexError as err:
+                raise IndexError(f"index {index!r} is invalid for a tensor of shape {self.shape}: {err}") from None
         traced = _traced(*index) if type(index) is tuple else _traced(index)
         if traced is not None:  # a captured tensor read at traced positions (flex attention's modifiers)
             return type(traced).__ta_function__("getitem", (self, index))
@@ -1569,7 +1578,7 @@ def stack(tensors: list[Tensor], dim: int = 0) -> Tensor:
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or not -ndim <= dim < ndim:
         raise IndexError(f"stack: dim {dim!r} is out of range for stacking tensors of {ndim - 1} dims "
                          f"(allowed: {-ndim} to {ndim - 1})")
-    return cat([t.unsqueeze(dim) for t in tensors], dim)
+    return Stack.apply(*tensors, axis=int(dim) % ndim)
 
 
 def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
@@ -1586,6 +1595,15 @@ def _dim_or_axis(dim: Any, axis: Any, op: str) -> Any:
             raise TypeError(f"{op}: got both dim and its alias axis")
         return axis
     return dim
+
+
+def _basic_index(index: Any) -> bool:
+    """Whether an index holds only ints, slices, None and Ellipsis (numpy's basic indexing, which makes a view)."""
+    for item in index if type(index) is tuple else (index,):
+        kind = type(item)
+        if kind is not int and kind is not slice and item is not None and item is not Ellipsis:
+            return False
+    return True
 
 
 def _traced(*args: Any) -> Any:

@@ -301,6 +301,12 @@ class Variant:
     def causal(causal: bool) -> Variant:
         return _CAUSAL if causal else _FULL
 
+    @staticmethod
+    @functools.lru_cache(maxsize=64)
+    def grouped(group: int, causal: bool) -> Variant:
+        """Grouped-query heads, `group` query heads per kv head, causal or not (one object per pair)."""
+        return Variant(hi=0 if causal else UNBOUNDED, group=group)
+
 
 _FULL, _CAUSAL = Variant(), Variant(hi=0)
 
@@ -330,27 +336,58 @@ def _plan_of(q, k, v, variant):
     read by more than one tile;
     grid visibility.py's tile grid (kept per shape when it comes from the band alone)."""
     (n_outer, n_inner, tq, d), tk = q.shape, k.shape[2]
-    tile = tile_shape(tq, tk, max(d, v.shape[3]))
-    if variant.blocks is None:
-        grid = _band_grid(variant.lo, variant.hi, tq, tk, tile)
+    if variant.blocks is None:  # the band alone: the same for every call of these shapes
+        tile, grid, seen = _band_layout(tq, tk, max(d, v.shape[3]), variant.lo, variant.hi)
     else:
+        tile = tile_shape(tq, tk, max(d, v.shape[3]))
         grid = tile_grid(variant.lo, variant.hi, tq, tk, tile, variant.blocks, variant.block_size)
+        seen = np.count_nonzero(grid) / max(grid.size, 1)
     work = float(q.size) * tk + float(v.size) * tq  # multiply-adds of S = q k^T and P v, all tiles seen
-    threads = parallel.threads_for(work * np.count_nonzero(grid) / max(grid.size, 1), parallel.MIN_ATTENTION_WORK)
+    threads = parallel.threads_for(work * seen, parallel.MIN_ATTENTION_WORK)
     return (n_outer, n_inner), tq, tk, tile, threads, tq > tile[0] or tk > tile[1], grid
 
 
+@functools.lru_cache(maxsize=256)
+def _band_layout(tq, tk, d, lo, hi):
+    """(tile, grid, the share of tiles seen) of a band at these sizes."""
+    tile = tile_shape(tq, tk, d)
+    grid = _band_grid(lo, hi, tq, tk, tile)
+    return tile, grid, np.count_nonzero(grid) / max(grid.size, 1)
+
+
 def _kernel_variant(variant, q, tk, tile, grid, bias, captured, parts):
-    """(vis, bias, grid, captured, grads): the kernels' `variant` tuple but the scale; grads (parts, C + 1)."""
+    """(vis, bias, grid, captured, grads): the kernels' `variant` tuple but the scale; grads (parts, C + 1),
+    written only by a modifier (without one, zeros kept per part count and never written)."""
     bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
-    vis = describe(variant.lo, variant.hi, variant.group, has_bias, variant.scored, variant.masked, tile)
+    vis = _description(variant.lo, variant.hi, variant.group, has_bias, variant.scored, variant.masked, tile)
+    if variant.modify is None:
+        return vis, bias, grid, _NOTHING_CAPTURED, _unwritten_grads(parts)
     values = np.zeros(1) if captured is None else captured
-    grads = np.zeros((parts, len(values) + 1))
-    return vis, bias, grid, values, grads
+    return vis, bias, grid, values, np.zeros((parts, len(values) + 1))
+
+
+_NOTHING_CAPTURED = np.zeros(1)
+_NOTHING_CAPTURED.flags.writeable = False
+
+
+@functools.lru_cache(maxsize=256)
+def _description(*fields):
+    vis = describe(*fields)
+    vis.flags.writeable = False
+    return vis
+
+
+@functools.lru_cache(maxsize=64)
+def _unwritten_grads(parts):
+    grads = np.zeros((parts, 2))
+    grads.flags.writeable = False
+    return grads
 
 
 def _checked(grads, variant):
     """The captured values' gradients summed over the parts; an index outside a captured tensor raises."""
+    if variant.modify is None:  # nothing reads a captured tensor
+        return grads[0, :-1]
     if grads[:, -1].any():
         raise IndexError(f"flex_attention: {getattr(variant.modify, 'name', 'a modifier')} read a captured tensor at "
                          "an index outside it")

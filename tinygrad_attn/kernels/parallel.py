@@ -150,12 +150,13 @@ _entries: dict[tuple, Callable] = {}  # (kernel, each argument's kind) -> the co
 def _kind(a):
     """What numba's type of an argument depends on: an array's dtype and dims, a number's type, a tuple's
     items' kinds; anything else (a compiled function) itself."""
-    if isinstance(a, np.ndarray):
+    kind = type(a)
+    if kind is np.ndarray or isinstance(a, np.ndarray):
         return a.dtype.char, a.ndim
-    if isinstance(a, (bool, int, float, np.generic)):
-        return type(a)
-    if type(a) is tuple:
-        return tuple(map(_kind, a))
+    if kind is tuple:
+        return tuple([_kind(x) for x in a])
+    if kind is int or kind is float or kind is bool or isinstance(a, np.generic):
+        return kind
     return id(a)
 
 
@@ -170,7 +171,7 @@ def _any_layout_type(t):
 
 
 def _call_any_layout(kernel, *args):
-    key = (kernel, *map(_kind, args))
+    key = (kernel, *[_kind(a) for a in args])
     entry = _entries.get(key)
     if entry is None:  # numba's typeof is slow (docs/performance.md): once per kind of arguments
         from numba import typeof
