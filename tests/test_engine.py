@@ -254,3 +254,39 @@ def test_a_number_made_into_an_operand_cannot_be_changed_in_place():
         constant[...] = 3.0
     y.sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), 0.5)
+
+
+_GRAPHS = {  # ops that save their output, their input, a view of either, or several arrays
+    "sigmoid": lambda x: x.sigmoid(), "tanh": lambda x: x.tanh(), "exp": lambda x: x.exp(),
+    "sqrt": lambda x: (x * x + 1.0).sqrt(), "softmax": lambda x: x.softmax(-1),
+    "log_softmax": lambda x: ta.nn.functional.log_softmax(x, -1), "mul": lambda x: x * x,
+    "layer_norm": lambda x: ta.nn.functional.layer_norm(x, (4,)),
+    "rms_norm": lambda x: ta.nn.functional.rms_norm(x, (4,)),
+    "gelu": lambda x: ta.nn.functional.gelu(x), "relu": lambda x: ta.nn.functional.relu(x),
+    "views": lambda x: x.reshape(3, 2, 4).transpose(0, 1)[0].unbind(0)[1] * 2.0,
+    "stack": lambda x: ta.stack([x, x], -1), "linear": lambda x: ta.nn.functional.linear(x, x[:3]),
+    "attention": lambda x: ta.nn.functional.scaled_dot_product_attention(*(x.reshape(1, 2, 3, 4),) * 3, is_causal=True),
+    "cross_entropy": lambda x: ta.nn.functional.cross_entropy(x, ta.tensor([0, 1, 2, 3, 0, 1])),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_GRAPHS))
+def test_a_graph_is_freed_by_reference_counts_alone(op):
+    """Nothing an op records (its saved arrays, their versions, its inputs) holds its own output: dropping the
+    output frees the graph at once, without the garbage collector (as in PyTorch, whose saved outputs do not
+    hold their node). A cycle would keep every graph until a collection, which walks all of them."""
+    import gc
+    import weakref
+
+    x = ta.Tensor(np.random.default_rng(0).standard_normal((6, 4)), requires_grad=True)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        y = _GRAPHS[op](x)
+        output, node = weakref.ref(y), y.grad_fn
+        assert node is not None
+        del y, node
+        assert output() is None
+    finally:
+        if enabled:
+            gc.enable()
