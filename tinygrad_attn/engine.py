@@ -538,19 +538,23 @@ def _topological_order(roots: Any) -> list[Any]:
 
     Iterative depth-first search, so a chain of any length fits the Python stack.
     """
-    order, visited = [], set()
-    stack: list[tuple[Any, bool]] = [(_node(root), False) for root in reversed(roots)]
+    order, visited, context = [], set(), Context
+    stack: list[Any] = [_node(root) for root in reversed(roots)]  # a node, or (node,) once its parents are pushed
     while stack:
-        node, parents_done = stack.pop()
-        if parents_done:
-            order.append(node)
+        node = stack.pop()
+        if type(node) is tuple:  # its parents are all in order: it comes next
+            order.append(node[0])
             continue
         if id(node) in visited:
             continue
         visited.add(id(node))
-        stack.append((node, True))
-        if type(node) is Context:
-            stack.extend((parent, False) for parent, need in zip(node.parents, node.needs_input_grad) if need)
+        if type(node) is not context:  # a leaf
+            order.append(node)
+            continue
+        stack.append((node,))
+        for parent, need in zip(node.parents, node.needs_input_grad):
+            if need and id(parent) not in visited:
+                stack.append(parent)
     return order
 
 
@@ -628,7 +632,8 @@ def run_backward(roots: list[Node], grads: list[Any], retain_graph: bool, create
         key = id(_node(root))
         pending[key] = g if key not in pending else pending[key] + g
     context, plain, array = Context, inputs is None and only is None, np.ndarray  # read once: this loop is hot
-    with (enable_grad() if create_graph else no_grad()):
+    entry = _grad_setting.push(bool(create_graph))  # grad mode on only to record the gradients' own graph
+    try:
         for node in reversed(order):
             g = pending.pop(id(node), None)
             if g is None:
@@ -685,6 +690,8 @@ def run_backward(roots: list[Node], grads: list[Any], retain_graph: bool, create
             if not retain_graph:
                 ctx.release()
             input_grads = pg = None  # what was passed on is held by `pending` alone (a leaf may then keep it)
+    finally:
+        _grad_setting.pop(entry, "backward")
     return found if inputs is not None else None
 
 
