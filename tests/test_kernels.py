@@ -263,16 +263,20 @@ def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, blas_threads,
 @pytest.mark.parametrize("dtype", DTYPES)
 @given(n=st.integers(1, 9), k=st.integers(1, 9), m=st.integers(1, 9), rows=st.integers(1, 4), cols=st.integers(1, 4),
        depth=st.integers(1, 4), seed=st.integers(0, 2**16))
-def test_product_blocks_start_from_the_bias(dtype, n, k, m, rows, cols, depth, seed):
-    """matmul_blocks on blocks of every size: each block filled with its columns of the bias, then its products
-    added in chunks of the inner dimension, against numpy's a @ b + bias."""
+def test_product_blocks_add_onto_what_the_output_holds(dtype, n, k, m, rows, cols, depth, seed):
+    """matmul_blocks on blocks of every size, its products added in chunks of the inner dimension: with beta 1
+    onto the bias the output was filled with, against numpy's a @ b + bias; with beta 0 the output is never
+    read (NaN there stays out of the result)."""
     gemm = parallel.kernel_gemm(np.dtype(dtype))[0]
     rng = np.random.default_rng(seed)
-    a, b, bias = rng.normal(size=(n, k)).astype(dtype), rng.normal(size=(k, m)).astype(dtype), rng.normal(size=m)
-    out = np.full((n, m), np.nan, dtype)
+    a, b = rng.normal(size=(n, k)).astype(dtype), rng.normal(size=(k, m)).astype(dtype)
+    bias = rng.normal(size=m).astype(dtype)
     blocks = -(-n // rows) * -(-m // cols)
-    parallel.any_layout(blas.matmul_blocks)(a, b, out, bias.astype(dtype), rows, cols, depth, gemm, 0, blocks)
-    np.testing.assert_allclose(out, a @ b + bias.astype(dtype), **tol(dtype))
+    for beta, start, expected in ((1.0, np.broadcast_to(bias, (n, m)), a @ b + bias), (0.0, np.nan, a @ b)):
+        out = np.empty((n, m), dtype)
+        out[...] = start
+        parallel.any_layout(blas.matmul_blocks)(a, b, out, beta, rows, cols, depth, gemm, 0, blocks)
+        np.testing.assert_allclose(out, expected, **tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -257,29 +257,23 @@ def product_parts(m: int, k: int, n: int, parts: int) -> tuple[int, int, int]:
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def matmul_blocks(a, b, out, bias, rows, cols, depth, gemm, start, stop):
-    """out = a @ b (+ bias on every row, when bias (n,) is not empty) on the blocks [start, stop) of (rows, cols)
-    each, numbered row-major; each block adds up its products over chunks of `depth` of the inner dimension,
-    the first onto the bias it was filled with (while the block is in cache: no pass of its own over out)."""
+def matmul_blocks(a, b, out, beta, rows, cols, depth, gemm, start, stop):
+    """out = a @ b + beta out on the blocks [start, stop) of (rows, cols) each, numbered row-major; each block
+    adds up its products over chunks of `depth` of the inner dimension, the first onto beta times what out
+    holds (0: out is not read; 1: a Linear's bias, which the caller filled every row with)."""
     n_cols, k = -(-b.shape[1] // cols), a.shape[1]
-    biased = bias.size > 0
     for block in range(start, stop):
         i, j = divmod(block, n_cols)
         r0, c0 = i * rows, j * cols
-        if biased:
-            block_out = out[r0:r0 + rows, c0:c0 + cols]
-            for r in range(block_out.shape[0]):
-                for c in range(block_out.shape[1]):
-                    block_out[r, c] = bias[c0 + c]
         for p0 in range(0, k, depth):
             matmul_into(a[r0:r0 + rows, p0:p0 + depth], b[p0:p0 + depth, c0:c0 + cols],
-                        out[r0:r0 + rows, c0:c0 + cols], 1.0, 0.0 if p0 == 0 and not biased else 1.0, gemm)
+                        out[r0:r0 + rows, c0:c0 + cols], 1.0, beta if p0 == 0 else 1.0, gemm)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
-def matmul_blocks_parallel(a, b, out, bias, rows, cols, depth, gemm, parts):
+def matmul_blocks_parallel(a, b, out, beta, rows, cols, depth, gemm, parts):
     """matmul_blocks over all the blocks, cut into `parts` parts of consecutive blocks."""
     blocks = -(-a.shape[0] // rows) * -(-b.shape[1] // cols)
     for p in prange(parts):
         start, stop = part_rows(blocks, p, parts)
-        matmul_blocks(a, b, out, bias, rows, cols, depth, gemm, start, stop)
+        matmul_blocks(a, b, out, beta, rows, cols, depth, gemm, start, stop)

@@ -207,8 +207,8 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = Non
     threads on the same cores (BLAS's and numba's, each spinning a while after its work) made a training
     step much slower. A product too small to share is numpy's `@`, as is any product when BLAS is
     on one thread and so are we; one of up to FEW_BLOCKS blocks' work is cut into whole rows, each numpy's `@`
-    (cheaper than a kernel call at small sizes, and one kernel fewer to compile on a first run). The blocks
-    of numba's threads start from the bias (each block filled while in cache); numpy's `@` adds it after."""
+    (cheaper than a kernel call at small sizes, and one kernel fewer to compile on a first run). The compiled
+    blocks start from the bias (numpy fills every row of the output with it first); numpy's `@` adds it after."""
     if (a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or a.dtype != b.dtype or a.shape[0] < 2
             or 0 in a.shape + b.shape or (bias is not None and (bias.shape != b.shape[1:] or bias.dtype != a.dtype))):
         return _plus(a @ b, bias)  # numpy's own checks, messages and promotions for the rest
@@ -229,19 +229,18 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = Non
     a_operand, b_operand = blas_operand(a), blas_operand(b)
     if gemm is None or a_operand is None or b_operand is None:
         return _plus(np.matmul(a, b, out=out), bias)
-    bias = _NO_BIAS[a.dtype.char] if bias is None else bias  # (0,): none (one kernel version either way)
+    if bias is not None:
+        np.copyto(out, bias)  # every row starts from the bias, which the products add onto (numpy's fill is vectorised)
+    beta = 0.0 if bias is None else 1.0
     rows, cols, depth = (product_parts(m, k, n_cols, n) if blas_alone else
                          product_blocks(m, k, n_cols, a_operand[0], b_operand[0]))
     blocks = -(-m // rows) * -(-n_cols // cols)
     if n <= 1:
-        any_layout(matmul_blocks)(a, b, out, bias, rows, cols, depth, gemm, 0, blocks)
+        any_layout(matmul_blocks)(a, b, out, beta, rows, cols, depth, gemm, 0, blocks)
     else:
-        _on_numba_threads(n, any_layout(matmul_blocks_parallel), a, b, out, bias, rows, cols, depth, gemm,
+        _on_numba_threads(n, any_layout(matmul_blocks_parallel), a, b, out, beta, rows, cols, depth, gemm,
                           min(blocks, ROW_PARTS_PER_THREAD * n))
     return out
-
-
-_NO_BIAS = {np.dtype(t).char: np.zeros(0, t) for t in (np.float32, np.float64)}
 
 
 def _plus(out: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
@@ -267,7 +266,7 @@ def column_sums(a: np.ndarray) -> np.ndarray:
     if gemm is None or not alone or 0 in a.shape or blas_operand(a) is None:
         return a.sum(axis=0)
     out = np.empty((1, a.shape[1]), a.dtype)
-    any_layout(matmul_blocks)(np.ones((1, a.shape[0]), a.dtype), a, out, _NO_BIAS[a.dtype.char], 1, a.shape[1],
+    any_layout(matmul_blocks)(np.ones((1, a.shape[0]), a.dtype), a, out, 0.0, 1, a.shape[1],
                               a.shape[0], gemm, 0, 1)
     return out[0]
 
