@@ -12,6 +12,7 @@ This module uses tensors only through their methods and ops' rules, so tensor.py
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -260,15 +261,17 @@ class PackedLinearFunction(Function):
     def forward(ctx, x, *params, count):
         weight = np.concatenate(params[:count])  # (sum out_i, in)
         bias = np.concatenate(params[count:]) if len(params) > count else None  # (sum out_i,)
-        ctx.splits = np.cumsum([w.shape[0] for w in params[:count]])[:-1]  # where each layer's rows start
         return LinearFunction.forward(ctx, x, weight, bias)
 
     @staticmethod
     def backward(ctx, grad):
-        has_bias = len(ctx.inputs) > len(ctx.splits) + 2  # x, count weights, then count biases or none
+        count = ctx.kwargs["count"]
+        has_bias = len(ctx.inputs) > count + 1  # x, count weights, then count biases or none
         grad_x, grad_weight, grad_bias = _linear_backward(ctx, grad, True, has_bias)  # on the stacked W
-        grad_biases = np.split(grad_bias, ctx.splits) if has_bias else []
-        return (grad_x, *np.split(grad_weight, ctx.splits), *grad_biases)  # each layer's (out_i, ...) block
+        ends = list(itertools.accumulate(w.shape[0] for w in ctx.inputs[1:count + 1]))  # where each layer's rows end
+        blocks = [slice(end - w.shape[0], end) for w, end in zip(ctx.inputs[1:count + 1], ends)]
+        grad_biases = [grad_bias[rows] for rows in blocks] if has_bias else []
+        return (grad_x, *[grad_weight[rows] for rows in blocks], *grad_biases)  # each layer's (out_i, ...) block
 
     @staticmethod
     def math(x, *params, count):
