@@ -205,8 +205,8 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = Non
     (blas.product_parts). Otherwise (by default) blocks of at most ONE_THREAD_PRODUCT multiply-adds
     (blas.product_blocks), which OpenBLAS runs on its caller without starting its threads: two sets of
     threads on the same cores (BLAS's and numba's, each spinning a while after its work) made a training
-    step much slower. A product too small to share is numpy's `@`, as is any product when BLAS is
-    on one thread and so are we; one of up to FEW_BLOCKS blocks' work is cut into whole rows, each numpy's `@`
+    step much slower. A product too small to share is numpy's `@`, as is any product without a bias when BLAS
+    is on one thread and so are we; one of up to FEW_BLOCKS blocks' work is cut into whole rows, each numpy's `@`
     (cheaper than a kernel call at small sizes, and one kernel fewer to compile on a first run). The compiled
     blocks start from the bias (numpy fills every row of the output with it first); numpy's `@` adds it after."""
     if (a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or a.dtype != b.dtype or a.shape[0] < 2
@@ -218,9 +218,10 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = Non
     if work <= ONE_THREAD_PRODUCT:  # one block: BLAS runs it on this thread
         return _plus(np.matmul(a, b, out=out), bias)
     n = threads_for(work, MIN_PRODUCT_WORK)
-    if n <= 1 and blas_threads() == 1:
-        return _plus(np.matmul(a, b, out=out), bias)
-    if n <= 1 and work <= FEW_BLOCKS * ONE_THREAD_PRODUCT and k * n_cols <= ONE_THREAD_PRODUCT:
+    alone = n <= 1 and blas_threads() == 1
+    if alone and bias is None:  # with a bias, the one block below adds onto it: no pass of its own after
+        return np.matmul(a, b, out=out)
+    if n <= 1 and not alone and work <= FEW_BLOCKS * ONE_THREAD_PRODUCT and k * n_cols <= ONE_THREAD_PRODUCT:
         step = ONE_THREAD_PRODUCT // (k * n_cols)  # whole rows: numpy's `@` per block, faster than a kernel call
         for r0 in range(0, m, step):
             np.matmul(a[r0:r0 + step], b, out=out[r0:r0 + step])
