@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import itertools
 import sys
 import threading
 import weakref
@@ -202,8 +203,8 @@ class Node:
         return False
 
 
-_SHARED_NEEDS = {needs: needs for needs in [(a,) for a in (False, True)] + [(a, b) for a in (False, True)
-                                                                          for b in (False, True)]}
+# needs_input_grad of one or two inputs: one tuple per pattern, shared by every node (no tuple kept per op)
+_SHARED_NEEDS = {needs: needs for n in (1, 2) for needs in itertools.product((False, True), repeat=n)}
 
 # The version counter of an operand an operator made from a number (x * 0.5): one shared tuple, as nothing can
 # change such an operand in place (tensor.py refuses to), so its op records no version for it.
@@ -234,7 +235,7 @@ class Context:
         self.function, self.inputs, self.kwargs = function, inputs, kwargs
         needs = ((inputs[0].requires_grad, inputs[1].requires_grad) if len(inputs) == 2
                  else tuple([t.requires_grad for t in inputs]))
-        self.needs_input_grad = _SHARED_NEEDS.get(needs, needs)  # one tuple kept per pattern: fewer objects for the GC
+        self.needs_input_grad = _SHARED_NEEDS.get(needs, needs)  # fewer objects for the garbage collector
         self.scope = module_scope.get()  # the module whose forward made this node (None outside modules)
         self.saved_tensors = self.saved_versions = self.parents = ()
         self.made = None
@@ -438,6 +439,7 @@ class Function:
 
 
 def _holds_node(items: tuple) -> bool:
+    """Whether a tuple argument holds a tensor (a loop: no generator made for each op's shape or dims)."""
     for item in items:
         if isinstance(item, Node):
             return True

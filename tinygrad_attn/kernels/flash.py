@@ -324,17 +324,10 @@ def _no_bias(shape, dtype):
     return np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), shape)
 
 
-@functools.lru_cache(maxsize=256)
-def _band_grid(lo, hi, tq, tk, tile):
-    grid = tile_grid(lo, hi, tq, tk, tile)
-    grid.flags.writeable = False
-    return grid
-
-
 def _plan_of(q, k, v, variant):
     """(lead, Tq, Tk, tile, threads, reused, grid): lead the groups' grid (P, Q); reused when some rows are
-    read by more than one tile;
-    grid visibility.py's tile grid (kept per shape when it comes from the band alone)."""
+    read by more than one tile; grid visibility.py's tile grid (kept per shape when it comes from the band
+    alone)."""
     (n_outer, n_inner, tq, d), tk = q.shape, k.shape[2]
     if variant.blocks is None:  # the band alone: the same for every call of these shapes
         tile, grid, seen = _band_layout(tq, tk, max(d, v.shape[3]), variant.lo, variant.hi)
@@ -349,9 +342,10 @@ def _plan_of(q, k, v, variant):
 
 @functools.lru_cache(maxsize=256)
 def _band_layout(tq, tk, d, lo, hi):
-    """(tile, grid, the share of tiles seen) of a band at these sizes."""
+    """(tile, grid, the share of tiles seen) of a band at these sizes; the grid read-only, as it is shared."""
     tile = tile_shape(tq, tk, d)
-    grid = _band_grid(lo, hi, tq, tk, tile)
+    grid = tile_grid(lo, hi, tq, tk, tile)
+    grid.flags.writeable = False
     return tile, grid, np.count_nonzero(grid) / max(grid.size, 1)
 
 
