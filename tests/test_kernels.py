@@ -50,6 +50,9 @@ def test_softmax_kernel_matches_reference(dtype, log, rows, n, seed, masked):
     assert y.dtype == dtype and not np.isnan(y).any()
     if masked:
         assert np.all(y[0] == 0) and lse[0] == -np.inf
+    without, no_lse = softmax_forward(x, np.zeros((0, 0), bool) if keep is None else keep, log, want_lse=False)
+    np.testing.assert_array_equal(without, y)  # the same values without the log-sum-exp (softmax's backward)
+    assert no_lse.shape == ((rows,) if log else (0,))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -72,7 +72,7 @@ class Softmax(Function):
 
     @staticmethod
     def forward(ctx, x, keep=None):
-        y, _ = softmax_forward(_rows(x), _keep_rows(keep, x.shape), False)
+        y, _ = softmax_forward(_rows(x), _keep_rows(keep, x.shape), False, want_lse=False)
         ctx.save_for_backward(y)
         return y.reshape(x.shape)
 
