@@ -218,10 +218,10 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = Non
     if work <= ONE_THREAD_PRODUCT:  # one block: BLAS runs it on this thread
         return _plus(np.matmul(a, b, out=out), bias)
     n = threads_for(work, MIN_PRODUCT_WORK)
-    alone = n <= 1 and blas_threads() == 1
-    if alone and bias is None:  # with a bias, the one block below adds onto it: no pass of its own after
+    one_thread = n <= 1 and blas_threads() == 1  # we and BLAS on one thread each
+    if one_thread and bias is None:  # with a bias, the one block below adds onto it: no pass of its own after
         return np.matmul(a, b, out=out)
-    if n <= 1 and not alone and work <= FEW_BLOCKS * ONE_THREAD_PRODUCT and k * n_cols <= ONE_THREAD_PRODUCT:
+    if n <= 1 and not one_thread and work <= FEW_BLOCKS * ONE_THREAD_PRODUCT and k * n_cols <= ONE_THREAD_PRODUCT:
         step = ONE_THREAD_PRODUCT // (k * n_cols)  # whole rows: numpy's `@` per block, faster than a kernel call
         for r0 in range(0, m, step):
             np.matmul(a[r0:r0 + step], b, out=out[r0:r0 + step])
