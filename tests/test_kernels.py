@@ -269,17 +269,42 @@ def test_products_on_numba_threads_equal_numpy(monkeypatch, dtype, blas_threads,
 def test_product_blocks_add_onto_what_the_output_holds(dtype, n, k, m, rows, cols, depth, seed):
     """matmul_blocks on blocks of every size, its products added in chunks of the inner dimension: with beta 1
     onto the bias the output was filled with, against numpy's a @ b + bias; with beta 0 the output is never
-    read (NaN there stays out of the result)."""
+    read (NaN there stays out of the result); given the bias, each block writes it first (whole rows through
+    the contiguous loop, blocks of some columns through their strides) and the products add onto it."""
     gemm = parallel.kernel_gemm(np.dtype(dtype))[0]
     rng = np.random.default_rng(seed)
     a, b = rng.normal(size=(n, k)).astype(dtype), rng.normal(size=(k, m)).astype(dtype)
-    bias = rng.normal(size=m).astype(dtype)
+    bias, none = rng.normal(size=m).astype(dtype), np.empty(0, dtype)
     blocks = -(-n // rows) * -(-m // cols)
-    for beta, start, expected in ((1.0, np.broadcast_to(bias, (n, m)), a @ b + bias), (0.0, np.nan, a @ b)):
+    for beta, fill, start, expected in ((1.0, none, np.broadcast_to(bias, (n, m)), a @ b + bias),
+                                        (0.0, none, np.nan, a @ b), (0.0, bias, np.nan, a @ b + bias)):
         out = np.empty((n, m), dtype)
         out[...] = start
-        parallel.any_layout(blas.matmul_blocks)(a, b, out, beta, rows, cols, depth, gemm, 0, blocks)
+        parallel.any_layout(blas.matmul_blocks)(a, b, out, beta, fill, rows, cols, depth, gemm, 0, blocks)
         np.testing.assert_allclose(out, expected, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(n=st.integers(1, 9), m=st.integers(1, 9), extra=st.integers(0, 40), threads=st.integers(2, 3),
+       a_how=st.sampled_from(["row-major", "transposed"]), seed=st.integers(0, 2**16))
+def test_a_small_output_over_a_long_depth_splits_the_depth(monkeypatch, dtype, n, m, extra, threads, a_how, seed):
+    """A product with a small output and a long inner dimension (a weight's gradient) on several threads: each
+    thread multiplies a chunk of the inner dimension, the partial products are added, against numpy's a @ b."""
+    if blas.private_openblas() is None or not parallel._safe_numba_layer():
+        pytest.skip("no private OpenBLAS copy or no thread-safe numba layer here")
+    rng = np.random.default_rng(seed)
+    k = 4 * max(n, m) + extra
+    a, b = _view(rng, (n, k), dtype, a_how), rng.normal(size=(k, m)).astype(dtype)
+    with monkeypatch.context() as mp:
+        calls = products_on_numba_threads(mp, 2, True)
+        mp.setattr(parallel, "_num_threads", threads)
+        split = []
+        original = parallel._depth_split_matmul
+        mp.setattr(parallel, "_depth_split_matmul", lambda *args: split.append(1) or original(*args))
+        got = parallel.row_split_matmul(a, b)
+    np.testing.assert_allclose(got, a @ b, **tol(dtype))
+    if n > 1 and parallel.get_num_threads() > 1:
+        assert split and calls
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -35,7 +35,7 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import lower_builtin, type_callable
 
-from .vector import maximum, never_inline, part_rows
+from .vector import maximum, minimum, never_inline, part_rows
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS enum values
 ONE_THREAD_PRODUCT = 1 << 18  # OpenBLAS's threshold (65536 x GEMM_MULTITHREAD_THRESHOLD 4) for threaded gemm
@@ -257,23 +257,52 @@ def product_parts(m: int, k: int, n: int, parts: int) -> tuple[int, int, int]:
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def matmul_blocks(a, b, out, beta, rows, cols, depth, gemm, start, stop):
+def matmul_blocks(a, b, out, beta, bias, rows, cols, depth, gemm, start, stop):
     """out = a @ b + beta out on the blocks [start, stop) of (rows, cols) each, numbered row-major; each block
     adds up its products over chunks of `depth` of the inner dimension, the first onto beta times what out
-    holds (0: out is not read; 1: a Linear's bias, which the caller filled every row with)."""
+    holds (0: out is not read; 1: a Linear's bias, which the caller filled every row with). A non-empty `bias`
+    (cols of out,) is written into each block first, by the thread that multiplies it, and the products add
+    onto it."""
     n_cols, k = -(-b.shape[1] // cols), a.shape[1]
     for block in range(start, stop):
         i, j = divmod(block, n_cols)
         r0, c0 = i * rows, j * cols
+        if bias.size:
+            fill_rows(out, bias, r0, minimum(r0 + rows, out.shape[0]), c0, minimum(c0 + cols, out.shape[1]))
         for p0 in range(0, k, depth):
             matmul_into(a[r0:r0 + rows, p0:p0 + depth], b[p0:p0 + depth, c0:c0 + cols],
-                        out[r0:r0 + rows, c0:c0 + cols], 1.0, beta if p0 == 0 else 1.0, gemm)
+                        out[r0:r0 + rows, c0:c0 + cols], 1.0, 1.0 if p0 > 0 or bias.size else beta, gemm)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def fill_rows(out, bias, r0, r1, c0, c1):
+    """out[r0:r1, c0:c1] = bias[c0:c1] on every row. Whole rows of a C-contiguous out are one C-contiguous
+    block, typed so (np.ascontiguousarray of a contiguous view is that view), which LLVM vectorises; any
+    other block is written through its strides."""
+    item = out.itemsize
+    if c0 == 0 and c1 == out.shape[1] and out.strides[1] == item and out.strides[0] == c1 * item:
+        block, row = np.ascontiguousarray(out[r0:r1]), np.ascontiguousarray(bias)
+        for i in range(r1 - r0):
+            for j in range(c1):
+                block[i, j] = row[j]
+        return
+    for i in range(r0, r1):
+        for j in range(c0, c1):
+            out[i, j] = bias[j]
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
-def matmul_blocks_parallel(a, b, out, beta, rows, cols, depth, gemm, parts):
-    """matmul_blocks over all the blocks, cut into `parts` parts of consecutive blocks."""
-    blocks = -(-a.shape[0] // rows) * -(-b.shape[1] // cols)
+def matmul_blocks_parallel(a, b, out, beta, bias, rows, cols, depth, gemm, parts):
+    """matmul_blocks over all the blocks, cut into `parts` parts of consecutive blocks. Given an out of `parts`
+    times a's rows instead, part p multiplies the p-th of `parts` chunks of the inner dimension into out's
+    p-th band of a's rows: partial products (a split of the depth), which the caller adds up."""
+    m = a.shape[0]
+    if out.shape[0] != m:
+        for p in prange(parts):
+            k0, k1 = part_rows(a.shape[1], p, parts)
+            matmul_into(a[:, k0:k1], b[k0:k1], out[p * m:p * m + m], 1.0, 0.0, gemm)
+        return
+    blocks = -(-m // rows) * -(-b.shape[1] // cols)
     for p in prange(parts):
         start, stop = part_rows(blocks, p, parts)
-        matmul_blocks(a, b, out, beta, rows, cols, depth, gemm, start, stop)
+        matmul_blocks(a, b, out, beta, bias, rows, cols, depth, gemm, start, stop)

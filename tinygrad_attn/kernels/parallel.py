@@ -51,6 +51,7 @@ MIN_ROWS_WORK = 1 << 15  # below this many element visits (or multiply-adds) a k
 MIN_ATTENTION_WORK = 1 << 18  # attention's multiply-adds from which its items pay for a launch
 MIN_PRODUCT_WORK = 1 << 22  # a matrix product's blocks go to several threads from this many multiply-adds
 ROW_PARTS_PER_THREAD = 4  # a row kernel's rows are cut into this many parts per thread, for balance
+DEPTH_SPLIT_SIDE = 128  # a product whose output sides are both under this many per thread splits its inner dimension
 FEW_BLOCKS = 4  # a product of up to this many one-thread blocks' work is cut into rows by numpy's `@`
 
 
@@ -208,7 +209,8 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = Non
     step much slower. A product too small to share is numpy's `@`, as is any product without a bias when BLAS
     is on one thread and so are we; one of up to FEW_BLOCKS blocks' work is cut into whole rows, each numpy's `@`
     (cheaper than a kernel call at small sizes, and one kernel fewer to compile on a first run). The compiled
-    blocks start from the bias (numpy fills every row of the output with it first); numpy's `@` adds it after."""
+    blocks start from the bias (written by each block's thread when blocks are whole rows, else by numpy into
+    every row first); numpy's `@` adds it after."""
     if (a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or a.dtype != b.dtype or a.shape[0] < 2
             or 0 in a.shape + b.shape or (bias is not None and (bias.shape != b.shape[1:] or bias.dtype != a.dtype))):
         return _plus(a @ b, bias)  # numpy's own checks, messages and promotions for the rest
@@ -230,18 +232,37 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = Non
     a_operand, b_operand = blas_operand(a), blas_operand(b)
     if gemm is None or a_operand is None or b_operand is None:
         return _plus(np.matmul(a, b, out=out), bias)
-    if bias is not None:
-        np.copyto(out, bias)  # every row starts from the bias, which the products add onto (numpy's fill is vectorised)
-    beta = 0.0 if bias is None else 1.0
+    if blas_alone and n > 1 and bias is None and max(m, n_cols) < DEPTH_SPLIT_SIDE * n and k >= 4 * max(m, n_cols):
+        return _depth_split_matmul(a, b, out, n, gemm)
     rows, cols, depth = (product_parts(m, k, n_cols, n) if blas_alone else
                          product_blocks(m, k, n_cols, a_operand[0], b_operand[0]))
+    beta, fill = 0.0, _NO_BIAS[a.dtype.char]
+    if bias is not None and cols == n_cols:  # whole rows: each block's thread fills its rows, one vectorised loop
+        fill = bias
+    elif bias is not None:  # blocks of some columns: numpy fills every row first (vectorised), the products add on
+        np.copyto(out, bias)
+        beta = 1.0
     blocks = -(-m // rows) * -(-n_cols // cols)
     if n <= 1:
-        any_layout(matmul_blocks)(a, b, out, beta, rows, cols, depth, gemm, 0, blocks)
+        any_layout(matmul_blocks)(a, b, out, beta, fill, rows, cols, depth, gemm, 0, blocks)
     else:
-        _on_numba_threads(n, any_layout(matmul_blocks_parallel), a, b, out, beta, rows, cols, depth, gemm,
+        _on_numba_threads(n, any_layout(matmul_blocks_parallel), a, b, out, beta, fill, rows, cols, depth, gemm,
                           min(blocks, ROW_PARTS_PER_THREAD * n))
     return out
+
+
+_NO_BIAS = {np.dtype(t).char: np.empty(0, t) for t in (np.float32, np.float64)}  # matmul_blocks's "no bias"
+
+
+def _depth_split_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, n: int, gemm) -> np.ndarray:
+    """a @ b with its inner dimension cut into n chunks, one per thread, their partial products added: for a
+    small output over a long inner dimension (a weight's gradient, (E, N) @ (N, E)), where cutting the few
+    rows would leave each thread a product too thin for BLAS's kernels."""
+    m = a.shape[0]
+    partial = buffers.empty((n * m, b.shape[1]), a.dtype)
+    _on_numba_threads(n, any_layout(matmul_blocks_parallel), a, b, partial, 0.0, _NO_BIAS[a.dtype.char], m,
+                      b.shape[1], a.shape[1], gemm, n)
+    return np.sum(partial.reshape(n, m, b.shape[1]), axis=0, out=out)
 
 
 def _plus(out: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
@@ -267,7 +288,7 @@ def column_sums(a: np.ndarray) -> np.ndarray:
     if gemm is None or not alone or 0 in a.shape or blas_operand(a) is None:
         return a.sum(axis=0)
     out = np.empty((1, a.shape[1]), a.dtype)
-    any_layout(matmul_blocks)(np.ones((1, a.shape[0]), a.dtype), a, out, 0.0, 1, a.shape[1],
+    any_layout(matmul_blocks)(np.ones((1, a.shape[0]), a.dtype), a, out, 0.0, _NO_BIAS[a.dtype.char], 1, a.shape[1],
                               a.shape[0], gemm, 0, 1)
     return out[0]
 
