@@ -971,3 +971,27 @@ def test_layer_norm_dx_has_zero_mean_and_is_orthogonal_to_xhat_only_when_eps_is_
     want = (g * w * xhat).mean(-1) * 6 * eps * rstd**3
     np.testing.assert_allclose((dx * xhat).sum(-1), want, atol=1e-12)
     assert (eps == 0) == np.allclose(want, 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(n=st.integers(1, 9), k=st.integers(1, 9), m=st.integers(1, 9), a_how=LAYOUTS, b_how=LAYOUTS,
+       seed=st.integers(0, 2**16))
+def test_two_products_at_once_equal_numpy(monkeypatch, dtype, n, k, m, a_how, b_how, seed):
+    """matmul_pair: a layer's dX = g W and dW = g^T X, each whole on one of two threads, against numpy's; a
+    layout BLAS cannot read in place takes row_split_matmul's path."""
+    if blas.private_openblas() is None or not parallel._safe_numba_layer():
+        pytest.skip("no private OpenBLAS copy or no thread-safe numba layer here")
+    rng = np.random.default_rng(seed)
+    g, w = _view(rng, (n, m), dtype, a_how), _view(rng, (m, k), dtype, b_how)
+    x = rng.normal(size=(n, k)).astype(dtype)
+    with monkeypatch.context() as mp:
+        calls = products_on_numba_threads(mp, 2, True)
+        mp.setattr(parallel, "_num_threads", 2)
+        pairs = []
+        kernel = parallel.matmul_pair_parallel
+        mp.setattr(parallel, "matmul_pair_parallel", lambda *args: pairs.append(1) or kernel(*args))
+        dx, dw = parallel.matmul_pair(g, w, g.T, x)
+    np.testing.assert_allclose(dx, g @ w, **tol(dtype))
+    np.testing.assert_allclose(dw, g.T @ x, **tol(dtype))
+    assert bool(pairs) == all(blas.blas_operand(v) is not None for v in (g, w, g.T, x))  # BLAS reads each in place
+    assert not (pairs and calls)  # the pair is one launch: no product cut into blocks besides

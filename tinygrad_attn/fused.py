@@ -27,7 +27,7 @@ from .kernels.flash import flash_attention_backward, flash_attention_forward
 from .kernels.gelu import gelu_backward, gelu_forward
 from .kernels.layernorm import layer_norm_backward, layer_norm_forward
 from .kernels.layout import as_group_grid, grid_bias
-from .kernels.parallel import column_sums, row_split_matmul
+from .kernels.parallel import column_sums, matmul_pair, row_split_matmul
 from .kernels.rmsnorm import rms_norm_backward, rms_norm_forward
 from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
 from .kernels.visibility import UNBOUNDED
@@ -243,8 +243,12 @@ def _linear_backward(ctx, grad, need_weight: bool, need_bias: bool):
     """(dX, dW, db) of y = x W^T + b from the rows X (N, in) and W that the forward saved; None where unneeded."""
     rows, weight = ctx.saved_tensors
     g = rows_of(grad)  # (N, out)
-    grad_x = row_split_matmul(g, weight).reshape(ctx.inputs[0].shape) if ctx.needs_input_grad[0] else None  # dX = g W
-    grad_weight = row_split_matmul(g.T, rows) if need_weight else None  # dW = g^T X
+    if ctx.needs_input_grad[0] and need_weight:  # dX = g W, dW = g^T X: independent, each on its own thread
+        grad_x, grad_weight = matmul_pair(g, weight, g.T, rows)
+        grad_x = grad_x.reshape(ctx.inputs[0].shape)
+    else:
+        grad_x = row_split_matmul(g, weight).reshape(ctx.inputs[0].shape) if ctx.needs_input_grad[0] else None
+        grad_weight = row_split_matmul(g.T, rows) if need_weight else None
     grad_bias = column_sums(g) if need_bias else None  # db = sum_n g_n
     return grad_x, grad_weight, grad_bias
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .engine import Context, Function, Node, device
-from .kernels.parallel import row_split_matmul
+from .kernels.parallel import matmul_pair, row_split_matmul
 from .kernels.relu import relu_backward, relu_forward
 
 
@@ -899,6 +899,9 @@ class MatMul(Rule):
         m, grad_a, grad_b = on(grad), None, None
         if m is _OnArrays and a_ndim >= 2 and b_ndim == 2:  # a Linear layer's case: rows of a and grad together
             g_rows = rows_of(grad)  # (N, m)
+            if a is not None and b is not None:  # dA = dC B^T, dB = A^T dC: independent, each on its own thread
+                grad_a, grad_b = matmul_pair(g_rows, b.T, rows_of(a).T, g_rows)
+                return grad_a.reshape(ctx.inputs[0].shape), grad_b
             if b is not None:
                 grad_a = row_split_matmul(g_rows, b.T).reshape(ctx.inputs[0].shape)  # dA = dC B^T
             if a is not None:

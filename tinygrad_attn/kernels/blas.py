@@ -306,3 +306,14 @@ def matmul_blocks_parallel(a, b, out, beta, bias, rows, cols, depth, gemm, parts
     for p in prange(parts):
         start, stop = part_rows(blocks, p, parts)
         matmul_blocks(a, b, out, beta, bias, rows, cols, depth, gemm, start, stop)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", parallel=True)
+def matmul_pair_parallel(a1, b1, out1, a2, b2, out2, gemm):
+    """out1 = a1 @ b1 on one thread and out2 = a2 @ b2 on another, at once: two independent products (a
+    layer's dX and dW) each whole, where cutting each in two would leave every part a thinner product."""
+    for p in prange(2):
+        if p == 0:
+            matmul_into(a1, b1, out1, 1.0, 0.0, gemm)
+        else:
+            matmul_into(a2, b2, out2, 1.0, 0.0, gemm)

@@ -42,6 +42,7 @@ from .blas import (
     kernel_gemm,
     matmul_blocks,
     matmul_blocks_parallel,
+    matmul_pair_parallel,
     product_blocks,
     product_parts,
     set_blas_threads,
@@ -252,6 +253,23 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = Non
 
 
 _NO_BIAS = {np.dtype(t).char: np.empty(0, t) for t in (np.float32, np.float64)}  # matmul_blocks's "no bias"
+
+
+def matmul_pair(a1: np.ndarray, b1: np.ndarray, a2: np.ndarray, b2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a1 @ b1, a2 @ b2), two independent products (a layer's dX = g W and dW = g^T X, of equal work): on two
+    threads, each product runs whole on one of them (each at one thread's full speed, no thinner parts, one
+    launch); otherwise each is row_split_matmul's."""
+    n = threads_for(float(a1.shape[0]) * a1.shape[-1] * b1.shape[-1] + float(a2.shape[0]) * a2.shape[-1] * b2.shape[-1],
+                    MIN_PRODUCT_WORK) if a1.ndim == b1.ndim == a2.ndim == b2.ndim == 2 else 1
+    if n == 2 and a1.dtype == b1.dtype == a2.dtype == b2.dtype and a1.shape[1] == b1.shape[0] and \
+            a2.shape[1] == b2.shape[0] and 0 not in a1.shape + b1.shape + a2.shape + b2.shape:
+        gemm, alone = kernel_gemm(a1.dtype)
+        if gemm is not None and alone and all(blas_operand(x) is not None for x in (a1, b1, a2, b2)):
+            out1 = buffers.empty((a1.shape[0], b1.shape[1]), a1.dtype)
+            out2 = buffers.empty((a2.shape[0], b2.shape[1]), a2.dtype)
+            _on_numba_threads(2, any_layout(matmul_pair_parallel), a1, b1, out1, a2, b2, out2, gemm)
+            return out1, out2
+    return row_split_matmul(a1, b1), row_split_matmul(a2, b2)
 
 
 def _depth_split_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, n: int, gemm) -> np.ndarray:
