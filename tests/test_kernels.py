@@ -995,3 +995,21 @@ def test_two_products_at_once_equal_numpy(monkeypatch, dtype, n, k, m, a_how, b_
     np.testing.assert_allclose(dw, g.T @ x, **tol(dtype))
     assert bool(pairs) == all(blas.blas_operand(v) is not None for v in (g, w, g.T, x))  # BLAS reads each in place
     assert not (pairs and calls)  # the pair is one launch: no product cut into blocks besides
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(size=st.integers(0, 3 * (1 << 15)), threads=st.integers(1, 3))
+def test_zeros_filled_on_numba_threads_are_zeros(monkeypatch, dtype, size, threads):
+    """parallel.zeros: memory reused from the pool (NaN-filled before, so a part left unwritten shows), zero
+    everywhere, filled by numba's threads when large enough to share."""
+    with monkeypatch.context() as mp:
+        mp.setattr(parallel, "_num_threads", threads)
+        fills = []
+        kernel = parallel._zero_parallel
+        mp.setattr(parallel, "_zero_parallel", lambda *args: fills.append(args[1]) or kernel(*args))
+        parallel.buffers.empty((size // 3, 3), dtype).fill(np.nan)  # a pooled buffer, handed out again below
+        got = parallel.zeros((size // 3, 3), dtype)
+    assert got.shape == (size // 3, 3) and got.dtype == dtype and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, np.zeros((size // 3, 3), dtype))
+    if parallel._safe_numba_layer() and threads > 1 and got.size >= parallel.MIN_ROWS_WORK:
+        assert fills == [threads]

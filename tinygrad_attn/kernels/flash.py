@@ -412,16 +412,16 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, variant, bias, 
     flat, or None without a modifier); `grads` may give three zero-filled arrays to receive dq, dk, dv (such
     as views into one packed gradient)."""
     lead, tq, tk, tile, threads, reused, grid = _plan_of(q, k, v, variant)
-    dq, dk_to, dv_to = grads if grads is not None else (new_like(a, a.shape[3], buffers.zeros) for a in (q, k, v))
+    dq, dk_to, dv_to = grads if grads is not None else (new_like(a, a.shape[3], parallel.zeros) for a in (q, k, v))
     edges, plan = backward_plan(lead, grid, tile, tq, tk, threads)
     # grouped-query: the query heads of a group add into one kv head's dk and dv when one part runs every
     # item, one after another; on several threads each query head has its own, summed over the group after
     per_head = variant.group > 1 and len(plan[0]) > 2
-    dk, dv = (buffers.zeros((a.shape[0], q.shape[1]) + a.shape[2:], a.dtype) if per_head else
-              buffers.zeros(a.shape, a.dtype) if rows_apart(a, reused) else a for a in (dk_to, dv_to))
+    dk, dv = (parallel.zeros((a.shape[0], q.shape[1]) + a.shape[2:], a.dtype) if per_head else
+              parallel.zeros(a.shape, a.dtype) if rows_apart(a, reused) else a for a in (dk_to, dv_to))
     grad_out, q, k, v = (dense_rows(a, reused) for a in (grad_out, q, k, v))
     n_ranges = len(edges) - 1
-    dq_parts = dq[None] if n_ranges <= 1 else buffers.zeros((n_ranges,) + q.shape, q.dtype)
+    dq_parts = dq[None] if n_ranges <= 1 else parallel.zeros((n_ranges,) + q.shape, q.dtype)
     vis, bias, grid, values, grads_c = _kernel_variant(variant, q, tk, tile, grid, bias, captured, len(plan[0]) - 1)
     kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads_c)
     parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, out, lse, kernel_variant,

@@ -33,6 +33,7 @@ import warnings
 from collections.abc import Callable
 
 import numpy as np
+from numba import njit, prange
 
 from . import buffers
 from .blas import (
@@ -47,6 +48,7 @@ from .blas import (
     product_parts,
     set_blas_threads,
 )
+from .vector import part_rows
 
 MIN_ROWS_WORK = 1 << 15  # below this many element visits (or multiply-adds) a kernel runs on the calling thread
 MIN_ATTENTION_WORK = 1 << 18  # attention's multiply-adds from which its items pay for a launch
@@ -106,6 +108,28 @@ def run_parts(parallel_kernel: Callable, serial_kernel: Callable, count: int, wo
     if n <= 1 or count <= 1:
         return serial_kernel(*args, 0, count)
     return _on_numba_threads(n, parallel_kernel, *args, max(1, min(count, ROW_PARTS_PER_THREAD * n)))
+
+
+def zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """buffers.zeros, filled on numba's threads when large: each thread's share of the fill then sits in its own
+    core's cache (a kernel's parts that follow write about the same shares), and a fill of memory out of cache
+    runs at two cores' speed."""
+    a = buffers.empty(shape, dtype)
+    flat = a.reshape(-1)
+    n = threads_for(flat.size)
+    if n <= 1 or a.dtype not in (np.float32, np.float64):
+        a.fill(0)
+    else:
+        _on_numba_threads(n, _zero_parallel, flat, n)
+    return a
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _zero_parallel(flat, parts):
+    for p in prange(parts):
+        start, stop = part_rows(flat.size, p, parts)
+        for i in range(start, stop):
+            flat[i] = 0
 
 
 def run_rows(parallel_kernel: Callable, rows_kernel: Callable, work: float, *args):
