@@ -55,6 +55,7 @@ MIN_ATTENTION_WORK = 1 << 18  # attention's multiply-adds from which its items p
 MIN_PRODUCT_WORK = 1 << 22  # a matrix product's blocks go to several threads from this many multiply-adds
 ROW_PARTS_PER_THREAD = 4  # a row kernel's rows are cut into this many parts per thread, for balance
 DEPTH_SPLIT_SIDE = 128  # a product whose output sides are both under this many per thread splits its inner dimension
+DEPTH_SPLIT_OUTPUT = 1 << 16  # ... when its output has at most this many entries (each thread adds a partial one)
 FEW_BLOCKS = 4  # a product of up to this many one-thread blocks' work is cut into rows by numpy's `@`
 
 
@@ -257,7 +258,8 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = Non
     a_operand, b_operand = blas_operand(a), blas_operand(b)
     if gemm is None or a_operand is None or b_operand is None:
         return _plus(np.matmul(a, b, out=out), bias)
-    if blas_alone and n > 1 and bias is None and max(m, n_cols) < DEPTH_SPLIT_SIDE * n and k >= 4 * max(m, n_cols):
+    if (blas_alone and n > 1 and bias is None and max(m, n_cols) < DEPTH_SPLIT_SIDE * n and k >= 4 * max(m, n_cols)
+            and m * n_cols <= DEPTH_SPLIT_OUTPUT):
         return _depth_split_matmul(a, b, out, n, gemm)
     rows, cols, depth = (product_parts(m, k, n_cols, n) if blas_alone else
                          product_blocks(m, k, n_cols, a_operand[0], b_operand[0]))
