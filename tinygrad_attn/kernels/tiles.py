@@ -24,7 +24,7 @@ from . import SAFE_FASTMATH
 from .vector import exp_vectorizable, maximum, wide_vectors
 from .visibility import row_columns
 
-SHORT_ROW = 32  # tile rows of up to this many columns take exp_shifted's one loop over all of them
+SHORT_ROW = 32  # tile rows of up to this many columns take exp over all of them in exp_shifted
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, inline="always")
@@ -43,10 +43,10 @@ def row_max(s, i, first, stop, start):
 def exp_shifted(s, n, shift, q_start, k_start, lo, hi):
     """The tile's n columns of s (bq, width) <- P = exp(S - shift[:, None]) in place, 0 where hidden and in a
     row whose shift is -inf (nothing seen); a NaN shift makes its row NaN. The forward's P (shift the running
-    max) and the backward's (shift lse) alike. A row that sees most of its keys, or a short one, is one
-    vectorised loop over all n columns that keeps exp where seen and 0 elsewhere (a loop over a few columns
-    runs one column at a time); a row that sees few of many is a loop over the keys it sees (unsigned
-    columns, as in row_max) and zeros either side."""
+    max) and the backward's (shift lse) alike. A row that sees most of its keys, or a short one, takes exp
+    over all n columns in one vectorised loop (over the few columns a short row sees, the loop would run one
+    column at a time), then zeros where hidden; a row that sees few of many takes exp over the keys it sees
+    alone, zeros either side. Unsigned columns, as in row_max."""
     wide_vectors()
     zero = s.dtype.type(0)
     for i in range(s.shape[0]):
@@ -55,15 +55,11 @@ def exp_shifted(s, n, shift, q_start, k_start, lo, hi):
         if shift_i == -np.inf:
             first, stop = 0, 0
         stop = maximum(first, stop)
-        if n <= SHORT_ROW or 4 * (stop - first) >= 3 * n:
-            for j in range(n):
-                e = exp_vectorizable(s[i, j] - shift_i)  # hidden columns too: computed, then dropped
-                s[i, j] = e if (j >= first) & (j < stop) else zero
-            continue
+        whole = n <= SHORT_ROW or 4 * (stop - first) >= 3 * n  # exp over every column, the hidden ones then 0
+        for j in range(np.uint64(0 if whole else first), np.uint64(n if whole else stop)):
+            s[i, j] = exp_vectorizable(s[i, j] - shift_i)
         for j in range(np.uint64(0), np.uint64(first)):
             s[i, j] = zero
-        for j in range(np.uint64(first), np.uint64(stop)):
-            s[i, j] = exp_vectorizable(s[i, j] - shift_i)
         for j in range(np.uint64(stop), np.uint64(n)):
             s[i, j] = zero
 
