@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 import threading
 import warnings
@@ -115,13 +116,11 @@ def zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
     """buffers.zeros, filled on numba's threads when large: each thread's share of the fill then sits in its own
     core's cache (a kernel's parts that follow write about the same shares), and a fill of memory out of cache
     runs at two cores' speed."""
+    n = threads_for(math.prod(shape))
+    if n <= 1 or np.dtype(dtype) not in (np.float32, np.float64):
+        return buffers.zeros(shape, dtype)
     a = buffers.empty(shape, dtype)
-    flat = a.reshape(-1)
-    n = threads_for(flat.size)
-    if n <= 1 or a.dtype not in (np.float32, np.float64):
-        a.fill(0)
-    else:
-        _on_numba_threads(n, _zero_parallel, flat, n)
+    _on_numba_threads(n, _zero_parallel, a.reshape(-1), n)
     return a
 
 
