@@ -509,7 +509,7 @@ def test_split_chunk_index_fill_and_the_decoder_layer_are_twice_differentiable(d
     assert ta.gradgradcheck(lambda t: ta.cat([p * p for p in t.split(1, 0)] + [c * 2 for c in t.chunk(2, 0)]), [x])
     assert ta.gradgradcheck(lambda t: t.index_fill(0, ta.tensor([0]), 0.5) * t, [x])
     ta.manual_seed(0)
-    layer = ta.nn.TransformerDecoderLayer(4, 2, dim_feedforward=6, dropout=0.0).double()
+    layer = ta.nn.TransformerDecoderLayer(4, 2, dim_feedforward=6, dropout=0.0, batch_first=True).double()
     memory = leaf(np.random.default_rng(rows).normal(size=(1, 3, 4)))
     target = leaf(np.random.default_rng(cols).normal(size=(1, 2, 4)))
     assert ta.gradgradcheck(lambda t, m: layer(t, m), [target, memory], atol=1e-4, max_elements=12)

@@ -234,10 +234,10 @@ def test_multi_head_attention_errors():
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_transformer_layers_gradcheck(sdpa_path, norm_first):
     rng = np.random.default_rng(1)
-    enc = double(nn.TransformerEncoderLayer(4, 2, 6, dropout=0.0, norm_first=norm_first, activation="gelu"))
+    enc = double(nn.EncoderBlock(4, 2, 6, dropout=0.0, norm_first=norm_first, activation="gelu"))
     x = ta.Tensor(rng.normal(size=(2, 3, 4)), requires_grad=True)
     assert check_module(enc, [x], lambda x_, *ps: enc(x_, is_causal=True))
-    dec = double(nn.TransformerDecoderLayer(4, 2, 6, dropout=0.0, norm_first=norm_first))
+    dec = double(nn.DecoderBlock(4, 2, 6, dropout=0.0, norm_first=norm_first))
     memory = ta.Tensor(rng.normal(size=(2, 5, 4)), requires_grad=True)
     mask = ta.padding_mask([5, 2], 5)
     assert check_module(dec, [x, memory], lambda x_, m_, *ps: dec(x_, m_, memory_mask=mask))
@@ -245,7 +245,7 @@ def test_transformer_layers_gradcheck(sdpa_path, norm_first):
 
 def test_post_norm_is_layer_norm_of_residual():
     ta.manual_seed(0)  # the weights must not depend on what earlier tests drew
-    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0)
+    layer = nn.EncoderBlock(8, 2, 16, dropout=0.0)
     x = ta.Tensor(np.random.default_rng(2).normal(size=(1, 4, 8)).astype(np.float32))
     attended = layer.self_attn(x)[0]
     expected = layer.norm1(x + attended)

@@ -154,10 +154,10 @@ def test_sdpa_matches_torch_with_bool_and_float_masks():
             np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), atol=1e-10)
 
 
-def test_encoder_layer_matches_torch():
+def test_encoder_block_matches_torch():
     rng = np.random.default_rng(3)
     for norm_first in (False, True):
-        ours = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, norm_first=norm_first).to(np.float64)
+        ours = nn.EncoderBlock(8, 2, 16, dropout=0.0, norm_first=norm_first).to(np.float64)
         theirs = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, norm_first=norm_first)
         sd = ours.state_dict()
         mapped = {f"self_attn.{k}": torch.tensor(v) for k, v in

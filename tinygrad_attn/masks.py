@@ -1,4 +1,5 @@
-"""Attention masks in the framework's convention: bool, True where a query MAY attend."""
+"""Attention masks in the framework's convention: bool, True where a query MAY attend; and PyTorch's
+(`attn_mask` True = blocked or added floats, `key_padding_mask` True = padding) turned into it."""
 
 from __future__ import annotations
 
@@ -34,3 +35,57 @@ def padding_mask(lengths: Any, t: int) -> Tensor:
     if np.any((lengths < 0) | (lengths > t)):
         raise ValueError(f"padding_mask: lengths {lengths.tolist()} must lie in [0, {t}]")
     return Tensor((np.arange(t)[None, :] < lengths[:, None])[:, None, None, :])
+
+
+def _array(mask: Any) -> np.ndarray:
+    return np.asarray(mask._data if isinstance(mask, Tensor) else mask)
+
+
+def torch_masks(op: str, names: tuple[str, str], attn_mask: Any, key_padding_mask: Any, batch: int | None,
+                heads: int, tq: int, tk: int) -> np.ndarray | None:
+    """PyTorch's two masks of one attention call as one mask of this library's kind, checked first.
+
+    attn_mask: (Tq, Tk), or (B * H, Tq, Tk) batched / (H, Tq, Tk) unbatched; bool True = blocked, or floats
+    added to the scores. key_padding_mask: (B, Tk) batched / (Tk,) unbatched (batch None); True = padding.
+    Returns bool True = may attend when both are bool, else additive floats (bool entries as -inf / 0).
+    """
+    masks = []
+    for name, given in zip(names, (attn_mask, key_padding_mask)):
+        if given is None:
+            continue
+        m = _array(given)
+        if m.dtype.kind not in "bf":  # PyTorch's rule: an integer 0/1 mask would be added and mask nothing
+            raise TypeError(f"{op}: only bool and floating types of {name} are supported, got an "
+                            f"{'integer' if m.dtype.kind in 'iu' else str(m.dtype)} mask; use .bool() (True = blocked)")
+        if name == names[0]:
+            lead = heads if batch is None else batch * heads
+            if m.shape not in ((tq, tk), (lead, tq, tk)):
+                raise ValueError(f"{op}: {name} must be ({tq}, {tk}) or ({lead}, {tq}, {tk})"
+                                 f"{' (batch * heads)' if batch is not None else ' (heads)'}, got {m.shape}")
+            if m.ndim == 3 and batch is not None:
+                m = m.reshape(batch, heads, tq, tk)  # (B * H, Tq, Tk) -> (B, H, Tq, Tk)
+        else:
+            wanted = (tk,) if batch is None else (batch, tk)
+            if m.shape != wanted:
+                raise ValueError(f"{op}: {name} must be {wanted} (True on padding), got {m.shape}")
+            m = m[None, :] if batch is None else m[:, None, None, :]  # (1, Tk) or (B, 1, 1, Tk)
+        masks.append(~m if m.dtype == np.bool_ else m)
+    if not masks:
+        return None
+    if all(m.dtype == np.bool_ for m in masks):
+        return masks[0] if len(masks) == 1 else masks[0] & masks[1]
+    additive = [np.where(m, 0.0, -np.inf) if m.dtype == np.bool_ else m for m in masks]
+    dtype = np.float64 if any(a.dtype == np.float64 for a in additive) else np.float32
+    return sum(additive[1:], additive[0]).astype(dtype)
+
+
+def is_causal_mask(mask: Any, t: int) -> bool:
+    """Whether PyTorch's `mask` is exactly the (t, t) causal mask: True (bool) or -inf (float) above the
+    diagonal, False or 0 on and below it, as nn.Transformer.generate_square_subsequent_mask makes it."""
+    m = _array(mask)
+    if m.shape != (t, t) or m.dtype.kind not in "bf":
+        return False
+    above = np.triu(np.ones((t, t), bool), 1)
+    if m.dtype == np.bool_:
+        return bool(np.array_equal(m, above))
+    return bool(np.array_equal(m, np.where(above, -np.inf, 0.0)))

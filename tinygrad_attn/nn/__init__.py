@@ -38,13 +38,14 @@ from .layers import (
 from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential
 from .rotary import RotaryEmbedding
-from .transformer import (
-    CausalLM,
-    FeedForward,
-    Seq2SeqTransformer,
+from .torch_transformer import (
+    Transformer,
+    TransformerDecoder,
     TransformerDecoderLayer,
+    TransformerEncoder,
     TransformerEncoderLayer,
 )
+from .transformer import CausalLM, DecoderBlock, EncoderBlock, FeedForward, Seq2SeqTransformer
 
 __all__ = [
     "CELU",
@@ -76,7 +77,9 @@ __all__ = [
     "functional",
     "GELU",
     "CausalLM",
+    "DecoderBlock",
     "Dropout",
+    "EncoderBlock",
     "Embedding",
     "FeedForward",
     "LayerNorm",
@@ -98,7 +101,10 @@ __all__ = [
     "ReLU",
     "Seq2SeqTransformer",
     "Sequential",
+    "Transformer",
+    "TransformerDecoder",
     "TransformerDecoderLayer",
+    "TransformerEncoder",
     "TransformerEncoderLayer",
     "sinusoidal_table",
 ]

@@ -23,17 +23,21 @@ from .module import Module, ModuleList
 
 class FeedForward(Module):
     """Position-wise MLP: Linear(E, F) -> activation -> dropout -> Linear(F, E); with activation "swiglu"
-    (Llama's), Linear(F, E)(silu(Linear(E, F) x) * Linear3(E, F) x), the three without bias."""
+    (Llama's), Linear(F, E)(silu(Linear(E, F) x) * Linear3(E, F) x), the three without bias. `activation`
+    may also be a callable (a function of a Tensor, or a Module), as in torch.nn.TransformerEncoderLayer."""
 
-    def __init__(self, d_model: int, dim_feedforward: int, dropout: float = 0.0, activation: str = "relu"):
-        if activation not in ("relu", "gelu", "swiglu"):
-            raise ValueError(f'FeedForward: activation must be "relu", "gelu" or "swiglu", got {activation!r}')
+    def __init__(self, d_model: int, dim_feedforward: int, dropout: float = 0.0, activation: Any = "relu",
+                 bias: bool = True):
+        if not callable(activation) and activation not in ("relu", "gelu", "swiglu"):
+            raise ValueError(f'FeedForward: activation must be "relu", "gelu", "swiglu" or a callable, '
+                             f'got {activation!r}')
         gated = activation == "swiglu"
-        self.linear1 = Linear(d_model, dim_feedforward, bias=not gated)
-        self.activation = ReLU() if activation == "relu" else GELU() if activation == "gelu" else SiLU()
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias and not gated)
+        self.activation = activation if callable(activation) else (
+            ReLU() if activation == "relu" else GELU() if activation == "gelu" else SiLU())
         self.linear3 = Linear(d_model, dim_feedforward, bias=False) if gated else None  # the gate's other half
         self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=not gated)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias and not gated)
 
     def forward(self, x: Tensor) -> Tensor:
         hidden = self.activation(self.linear1(x))  # (B, T, E) -> (B, T, F)
@@ -42,8 +46,10 @@ class FeedForward(Module):
         return self.linear2(self.dropout(hidden))  # (B, T, F) -> (B, T, E)
 
 
-class TransformerEncoderLayer(Module):
-    """Self-attention then feed-forward, each with a residual connection and LayerNorm.
+class EncoderBlock(Module):
+    """Self-attention then feed-forward, each with a residual connection and LayerNorm: the layer of this
+    library's models, in its conventions (batch-first, `mask` True = may attend, a KV cache, the variants).
+    nn.TransformerEncoderLayer is the same layer behind torch.nn's interface.
 
     `forward` keeps the last attention weights (B, H, T, T) in `self.attn_weights`
     when called with need_weights=True.
@@ -61,14 +67,17 @@ class TransformerEncoderLayer(Module):
         n_kv_heads: int | None = None,
         window: int | None = None,
         rotary: Any = None,
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
     ):
         """`norm` "layer" (LayerNorm) or "rms" (RMSNorm); n_kv_heads, window and rotary are
-        MultiHeadAttention's variants (grouped-query, sliding window, rotary positions)."""
+        MultiHeadAttention's variants (grouped-query, sliding window, rotary positions); bias=False leaves
+        the biases out of every Linear and LayerNorm, as in PyTorch."""
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, n_kv_heads=n_kv_heads, window=window,
-                                            rotary=rotary)
-        self.ff = FeedForward(d_model, dim_feedforward, dropout, activation)
-        self.norm1, self.norm2 = _norm(norm, d_model), _norm(norm, d_model)
+        self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias, n_kv_heads=n_kv_heads,
+                                            window=window, rotary=rotary)
+        self.ff = FeedForward(d_model, dim_feedforward, dropout, activation, bias)
+        self.norm1, self.norm2 = (_norm(norm, d_model, layer_norm_eps, bias) for _ in range(2))
         self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
         self.attn_weights: Tensor | None = None
 
@@ -86,14 +95,16 @@ class TransformerEncoderLayer(Module):
         return self.norm2(x + self.dropout2(self.ff(x)))
 
 
-def _norm(kind: str, d_model: int) -> Module:
+def _norm(kind: str, d_model: int, eps: float = 1e-5, bias: bool = True) -> Module:
     if kind not in ("layer", "rms"):
         raise ValueError(f'norm must be "layer" (LayerNorm) or "rms" (RMSNorm), got {kind!r}')
-    return LayerNorm(d_model) if kind == "layer" else RMSNorm(d_model)
+    return LayerNorm(d_model, eps, bias=bias) if kind == "layer" else RMSNorm(d_model)
 
 
-class TransformerDecoderLayer(Module):
-    """Causal self-attention, cross-attention over the encoder's memory, then feed-forward.
+class DecoderBlock(Module):
+    """Self-attention (causal unless is_causal=False), cross-attention over the encoder's memory, then
+    feed-forward: the decoder layer of this library's models, in its conventions (see EncoderBlock);
+    nn.TransformerDecoderLayer is the same layer behind torch.nn's interface.
 
     Keeps the last weights in `self_attn_weights` (B, H, Tt, Tt) and
     `cross_attn_weights` (B, H, Tt, Ts) when called with need_weights=True.
@@ -106,19 +117,22 @@ class TransformerDecoderLayer(Module):
         dim_feedforward: int = 2048,
         dropout: float = 0.1,
         norm_first: bool = False,
-        activation: str = "relu",
+        activation: Any = "relu",
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
     ):
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout)
-        self.cross_attn = MultiHeadAttention(d_model, nhead, dropout=dropout)
-        self.ff = FeedForward(d_model, dim_feedforward, dropout, activation)
-        self.norm1, self.norm2, self.norm3 = LayerNorm(d_model), LayerNorm(d_model), LayerNorm(d_model)
+        self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias)
+        self.cross_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias)
+        self.ff = FeedForward(d_model, dim_feedforward, dropout, activation, bias)
+        self.norm1, self.norm2, self.norm3 = (LayerNorm(d_model, layer_norm_eps, bias=bias) for _ in range(3))
         self.dropout1, self.dropout2, self.dropout3 = Dropout(dropout), Dropout(dropout), Dropout(dropout)
         self.self_attn_weights: Tensor | None = None
         self.cross_attn_weights: Tensor | None = None
 
-    def _self_block(self, x: Tensor, need_weights: bool, kv_cache: Any) -> Tensor:
-        out, self.self_attn_weights = self.self_attn(x, is_causal=True, need_weights=need_weights, kv_cache=kv_cache)
+    def _self_block(self, x: Tensor, mask: Any, is_causal: bool, need_weights: bool, kv_cache: Any) -> Tensor:
+        out, self.self_attn_weights = self.self_attn(x, mask=mask, is_causal=is_causal, need_weights=need_weights,
+                                                     kv_cache=kv_cache)
         return self.dropout1(out)
 
     def _cross_block(self, x: Tensor, memory: Tensor, memory_mask: Any, need_weights: bool, kv_cache: Any) -> Tensor:
@@ -127,12 +141,13 @@ class TransformerDecoderLayer(Module):
         return self.dropout2(out)  # queries from the target (B, Tt, E), keys/values from the source (B, Ts, E)
 
     def forward(self, x: Tensor, memory: Tensor, memory_mask: Any = None, need_weights: bool = False,
-                kv_cache: Any = None) -> Tensor:
+                kv_cache: Any = None, mask: Any = None, is_causal: bool = True) -> Tensor:
+        """`mask` and is_causal: the self-attention's (True = may attend); memory_mask: the cross-attention's."""
         if self.norm_first:
-            x = x + self._self_block(self.norm1(x), need_weights, kv_cache)
+            x = x + self._self_block(self.norm1(x), mask, is_causal, need_weights, kv_cache)
             x = x + self._cross_block(self.norm2(x), memory, memory_mask, need_weights, kv_cache)
             return x + self.dropout3(self.ff(self.norm3(x)))
-        x = self.norm1(x + self._self_block(x, need_weights, kv_cache))
+        x = self.norm1(x + self._self_block(x, mask, is_causal, need_weights, kv_cache))
         x = self.norm2(x + self._cross_block(x, memory, memory_mask, need_weights, kv_cache))
         return self.norm3(x + self.dropout3(self.ff(x)))
 
@@ -169,8 +184,8 @@ class CausalLM(Module):
         self.embed = Embedding(vocab_size, d_model)
         self.position = None if rotary else LearnedPositionalEncoding(d_model, max_len)
         self.layers = ModuleList(
-            TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout, norm_first=True, activation=activation,
-                                    norm=norm, n_kv_heads=n_kv_heads, window=w, rotary=True if rotary else None)
+            EncoderBlock(d_model, nhead, dim_feedforward, dropout, norm_first=True, activation=activation, norm=norm,
+                         n_kv_heads=n_kv_heads, window=w, rotary=True if rotary else None)
             for w in windows
         )
         self.norm = _norm(norm, d_model)
@@ -256,11 +271,11 @@ class Seq2SeqTransformer(Module):
         self.src_position = LearnedPositionalEncoding(d_model, max_len)
         self.tgt_position = LearnedPositionalEncoding(d_model, max_len)
         self.encoder = ModuleList(
-            TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout, norm_first=True)
+            EncoderBlock(d_model, nhead, dim_feedforward, dropout, norm_first=True)
             for _ in range(num_encoder_layers)
         )
         self.decoder = ModuleList(
-            TransformerDecoderLayer(d_model, nhead, dim_feedforward, dropout, norm_first=True)
+            DecoderBlock(d_model, nhead, dim_feedforward, dropout, norm_first=True)
             for _ in range(num_decoder_layers)
         )
         self.encoder_norm, self.decoder_norm = LayerNorm(d_model), LayerNorm(d_model)

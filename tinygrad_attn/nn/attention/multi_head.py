@@ -17,7 +17,7 @@ from ...engine import check_device
 from ...fused import PackedLinearFunction
 from ...kernels.flash import Variant
 from ...kernels.visibility import band
-from ...masks import causal_mask
+from ...masks import causal_mask, torch_masks
 from ...tensor import Tensor, cat
 from ..layers import Linear
 from ..module import Module
@@ -386,45 +386,19 @@ class MultiheadAttention(MultiHeadAttention):
         if is_causal and attn_mask is None:
             raise RuntimeError("MultiheadAttention: is_causal is a hint that attn_mask is the causal mask; give "
                                "attn_mask too (as PyTorch requires)")
+        if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
+            raise ValueError(f"MultiheadAttention: query, key and value must all be batched (3-D) or all unbatched "
+                             f"(2-D), got shapes {query.shape}, {key.shape} and {value.shape}")
         batched = query.ndim == 3
         if batched and not self.batch_first:
             query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)  # (B, T, E)
-        keep = _torch_masks(attn_mask, key_padding_mask, batched, self.num_heads)
+        keep = torch_masks("MultiheadAttention", ("attn_mask", "key_padding_mask"), attn_mask, key_padding_mask,
+                           query.shape[0] if batched else None, self.num_heads, query.shape[-2], key.shape[-2])
         out, weights = super().forward(query, key, value, mask=keep, need_weights=need_weights,
                                        average_attn_weights=average_attn_weights)
         if batched and not self.batch_first:
             out = out.transpose(0, 1)  # back to (T, B, E)
         return out, weights
-
-
-def _torch_masks(attn_mask: Any, key_padding_mask: Any, batched: bool, heads: int) -> np.ndarray | None:
-    """PyTorch's attn_mask (True = blocked, or additive floats) and key_padding_mask (True = padding) as one
-    mask of this library's kind: bool True = may attend when both are bool, else additive floats."""
-    masks = []
-    for name, given in (("attn_mask", attn_mask), ("key_padding_mask", key_padding_mask)):
-        kind = np.asarray(given._data if isinstance(given, Tensor) else given).dtype.kind if given is not None else "b"
-        if kind not in "bf":  # PyTorch's rule: an integer 0/1 mask would be added to the scores and mask nothing
-            raise TypeError(f"MultiheadAttention: only bool and floating types of {name} are supported, got an "
-                            f"{'integer' if kind in 'iu' else kind} mask; use .bool() (True = blocked)")
-    if attn_mask is not None:
-        m = np.asarray(attn_mask._data if isinstance(attn_mask, Tensor) else attn_mask)
-        if m.ndim == 3 and batched:  # (B * H, T, S) -> (B, H, T, S)
-            m = m.reshape(-1, heads, *m.shape[1:])
-        masks.append(~m if m.dtype == np.bool_ else m)
-    if key_padding_mask is not None:
-        p = np.asarray(key_padding_mask._data if isinstance(key_padding_mask, Tensor) else key_padding_mask)
-        p = p[:, None, None, :] if batched else p[None, :]  # (B, 1, 1, S) or (1, S)
-        masks.append(~p if p.dtype == np.bool_ else p)
-    if not masks:
-        return None
-    if all(m.dtype == np.bool_ for m in masks):
-        keep = masks[0]
-        for m in masks[1:]:
-            keep = keep & m
-        return keep
-    additive = [np.where(m, 0.0, -np.inf) if m.dtype == np.bool_ else m for m in masks]
-    return sum(additive[1:], additive[0]).astype(np.float32 if all(a.dtype != np.float64 for a in additive)
-                                                 else np.float64)
 
 
 def _hide(mask, hidden: np.ndarray):

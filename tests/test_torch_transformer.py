@@ -1,0 +1,345 @@
+"""torch.nn's Transformer interface (TransformerEncoderLayer, TransformerDecoderLayer, TransformerEncoder,
+TransformerDecoder, Transformer): gradients against finite differences on both attention paths, PyTorch's
+mask conventions and errors, and, when torch is installed, the same values and gradients as PyTorch's
+modules loaded with the same weights."""
+
+import numpy as np
+import pytest
+from conftest import arrays
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tinygrad_attn as ta
+from tinygrad_attn import nn
+from tinygrad_attn.interop import to_torch
+from tinygrad_attn.masks import is_causal_mask
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def leaf(a):
+    return ta.Tensor(np.asarray(a, dtype=np.float64), requires_grad=True)
+
+
+def causal(t):
+    return nn.Transformer.generate_square_subsequent_mask(t, dtype=ta.float64)
+
+
+# --- gradients against finite differences -----------------------------------------------------------------
+
+
+@given(data=st.data(), t=st.integers(1, 3), b=st.integers(1, 2), batch_first=st.booleans(),
+       norm_first=st.booleans(), padded=st.booleans())
+def test_encoder_layer_gradcheck(sdpa_path, data, t, b, batch_first, norm_first, padded):
+    ta.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(4, 2, 6, 0.0, "gelu", batch_first=batch_first, norm_first=norm_first,
+                                       dtype=ta.float64)
+    x = leaf(data.draw(arrays((b, t, 4) if batch_first else (t, b, 4))))  # sometimes a transposed view
+    pad = np.zeros((b, t), bool)
+    pad[:, t - 1] = padded and t > 1  # the last position padded, never a whole row
+
+    def run(x_, *params):
+        return layer(x_, src_mask=causal(t), src_key_padding_mask=pad, is_causal=True)
+    assert ta.gradcheck(run, [x] + layer.parameters(), max_elements=48)
+
+
+def test_decoder_layer_and_stacks_are_twice_differentiable(sdpa_path):
+    ta.manual_seed(0)
+    rng = np.random.default_rng(0)
+    layer = nn.TransformerDecoderLayer(4, 2, 6, 0.0, batch_first=False, dtype=ta.float64)
+    tgt, memory = leaf(rng.normal(size=(3, 2, 4))), leaf(rng.normal(size=(5, 2, 4)))
+    memory_pad = np.array([[False] * 5, [False] * 3 + [True] * 2])
+
+    def run(t_, m_):
+        return layer(t_, m_, tgt_mask=causal(3), memory_key_padding_mask=memory_pad, tgt_is_causal=True)
+    assert ta.gradcheck(run, [tgt, memory])
+    assert ta.gradgradcheck(run, [tgt, memory], atol=1e-4, max_elements=12)
+    model = nn.Transformer(4, 2, 1, 1, 6, 0.0, dtype=ta.float64)
+    assert ta.gradcheck(lambda s, t_: model(s, t_, tgt_mask=causal(3)), [memory, tgt], max_elements=24)
+
+
+# --- PyTorch's conventions, checked without PyTorch ---------------------------------------------------------
+
+
+def test_masks_follow_pytorch_conventions(sdpa_path):
+    """True in src_mask blocks, a float mask adds, padding removes keys: each equals the same mask given another
+    way, and the causal mask (fused kernel) equals the mask it is."""
+    ta.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True, dtype=ta.float64)
+    x = ta.Tensor(np.random.default_rng(1).normal(size=(2, 5, 8)))
+    blocked = np.triu(np.ones((5, 5), bool), 1)
+    fused = layer(x, src_mask=causal(5), is_causal=True).detach().numpy()
+    per_head = np.broadcast_to(blocked, (4, 5, 5)).copy()  # (B * H, T, T): never taken for the causal kernel
+    np.testing.assert_allclose(layer(x, src_mask=per_head).detach().numpy(), fused, atol=1e-12)
+    np.testing.assert_allclose(layer(x, src_mask=np.where(blocked, -np.inf, 0.0)).detach().numpy(), fused, atol=1e-12)
+    unmasked = layer(x).detach().numpy()
+    assert np.abs(unmasked - fused)[:, :-1].max() > 1e-3  # the mask changes every row but the last
+    pad = np.zeros((2, 5), bool)
+    pad[1, 3:] = True
+    padded = layer(x, src_key_padding_mask=pad).detach().numpy()
+    np.testing.assert_allclose(padded[0], unmasked[0], atol=1e-12)
+    shorter = layer(ta.Tensor(x.numpy()[1:, :3])).detach().numpy()  # row 1's first 3 positions alone
+    np.testing.assert_allclose(padded[1, :3], shorter[0], atol=1e-12)
+
+
+def test_sequence_first_and_unbatched_inputs():
+    ta.manual_seed(0)
+    first = nn.TransformerEncoderLayer(8, 2, 16, 0.0, dtype=ta.float64)
+    batch = nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True, dtype=ta.float64)
+    batch.load_state_dict(first.state_dict())
+    x = np.random.default_rng(2).normal(size=(2, 5, 8))  # (B, T, E)
+    out = batch(ta.Tensor(x)).detach().numpy()
+    sequence_first = first(ta.Tensor(x.transpose(1, 0, 2))).detach().numpy()  # (T, B, E)
+    np.testing.assert_allclose(sequence_first, out.transpose(1, 0, 2), atol=1e-12)
+    np.testing.assert_allclose(first(ta.Tensor(x[1])).detach().numpy(), out[1], atol=1e-12)
+
+
+def test_decoder_self_attention_is_causal_only_when_asked():
+    ta.manual_seed(0)
+    layer = nn.TransformerDecoderLayer(8, 2, 16, 0.0, batch_first=True, dtype=ta.float64)
+    rng = np.random.default_rng(3)
+    tgt, memory = ta.Tensor(rng.normal(size=(1, 4, 8))), ta.Tensor(rng.normal(size=(1, 6, 8)))
+    full, masked = layer(tgt, memory).detach().numpy(), layer(tgt, memory, tgt_mask=causal(4)).detach().numpy()
+    np.testing.assert_allclose(full[:, -1], masked[:, -1], atol=1e-12)  # the last query sees every key either way
+    assert np.abs(full[:, 0] - masked[:, 0]).max() > 1e-3
+    later = layer(ta.Tensor(tgt.numpy()[:, :2]), memory, tgt_mask=causal(2)).detach().numpy()
+    np.testing.assert_allclose(masked[:, :2], later, atol=1e-12)  # causal: a query ignores what follows
+
+
+def test_stacks_copy_the_layer():
+    layer = nn.TransformerEncoderLayer(8, 2, 16, 0.0)
+    encoder = nn.TransformerEncoder(layer, 3, norm=nn.LayerNorm(8))
+    weights = [p for p in encoder.parameters()]
+    assert len(weights) == 3 * len(layer.parameters()) + 2
+    assert len({id(p) for p in weights}) == len(weights)  # independent copies, none shared with `layer`
+    assert not any(p is q for p in weights for q in layer.parameters())
+    first = encoder.layers[0].self_attn.q_proj.weight
+    with ta.no_grad():
+        first.zero_()
+    assert np.abs(encoder.layers[1].self_attn.q_proj.weight.detach().numpy()).max() > 0
+    model = nn.Transformer(16, 2, 1, 1, 32, 0.0)
+    bound = np.sqrt(6 / (16 + 16))  # Xavier-uniform for the (16, 16) projections, as PyTorch's
+    q = model.encoder.layers[0].self_attn.q_proj.weight.detach().numpy()
+    assert np.abs(q).max() <= bound and np.abs(q).max() > bound / 2
+
+
+def test_square_subsequent_mask_and_detection():
+    m = nn.Transformer.generate_square_subsequent_mask(4).detach().numpy()
+    assert m.dtype == np.float32 and m.shape == (4, 4)
+    assert np.array_equal(m == -np.inf, np.triu(np.ones((4, 4), bool), 1)) and not m[np.tril_indices(4)].any()
+    assert is_causal_mask(m, 4) and is_causal_mask(np.triu(np.ones((4, 4), bool), 1), 4)
+    assert not is_causal_mask(m, 3) and not is_causal_mask(np.triu(np.ones((4, 4), bool), 2), 4)
+    assert not is_causal_mask(np.where(m == 0, 0.5, m), 4)
+    assert not is_causal_mask(np.triu(np.ones((4, 4), np.int64), 1), 4)
+
+
+def test_bad_inputs_name_the_argument():
+    layer = nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True)
+    x = ta.randn(2, 5, 8)
+    with pytest.raises(RuntimeError, match=r"is_causal is a hint that src_mask"):
+        layer(x, is_causal=True)
+    with pytest.raises(ValueError, match=r"src_mask must be \(5, 5\) or \(4, 5, 5\).*got \(4, 4\)"):
+        layer(x, src_mask=np.zeros((4, 4), bool))
+    with pytest.raises(ValueError, match=r"src_key_padding_mask must be \(2, 5\).*got \(5, 2\)"):
+        layer(x, src_key_padding_mask=np.zeros((5, 2), bool))
+    with pytest.raises(TypeError, match=r"src_mask are supported, got an integer mask"):
+        layer(x, src_mask=np.zeros((5, 5), np.int64))
+    with pytest.raises(ValueError, match=r"src must be .* d_model = 8, got \(2, 5, 7\)"):
+        layer(ta.randn(2, 5, 7))
+    with pytest.raises(ValueError, match=r'activation must be "relu", "gelu" or a callable'):
+        nn.TransformerEncoderLayer(8, 2, activation="tanh")
+    decoder = nn.TransformerDecoderLayer(8, 2, 16, 0.0)
+    with pytest.raises(ValueError, match=r"tgt and memory hold batches of 2 and 3"):
+        decoder(ta.randn(4, 2, 8), ta.randn(6, 3, 8))
+    with pytest.raises(ValueError, match=r"memory_mask must be \(4, 6\)"):
+        decoder(ta.randn(4, 2, 8), ta.randn(6, 2, 8), memory_mask=np.zeros((4, 4), bool))
+    with pytest.raises(RuntimeError, match=r"batch number of src and tgt must be equal"):
+        nn.Transformer(8, 2, 1, 1, 16)(ta.randn(5, 2, 8), ta.randn(4, 3, 8))
+    with pytest.raises(TypeError, match=r"encoder_layer must be an nn.TransformerEncoderLayer"):
+        nn.TransformerEncoder(nn.Linear(8, 8), 2)
+
+
+# --- the same values and gradients as PyTorch's modules ------------------------------------------------------
+
+
+def _to_torch(values):
+    return {k: torch.tensor(np.asarray(v)) for k, v in to_torch(values).items()}
+
+
+def _load(ours, theirs):
+    theirs.load_state_dict(_to_torch({k: v.numpy() for k, v in ours.state_dict().items()}))
+
+
+def _compare(ours, theirs, inputs, kwargs):
+    """Values, the inputs' gradients and every parameter's gradient, for a random weighting of the output."""
+    mine = [leaf(a) for a in inputs]
+    yours = [torch.tensor(a, requires_grad=True) for a in inputs]
+    tkw = {k: torch.tensor(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()}
+    out, expected = ours(*mine, **kwargs), theirs(*yours, **tkw)
+    np.testing.assert_allclose(out.detach().numpy(), expected.detach().numpy(), atol=1e-10)
+    weight = np.random.default_rng(9).normal(size=out.shape)
+    (out * ta.Tensor(weight)).sum().backward()
+    (expected * torch.tensor(weight)).sum().backward()
+    for m, y in zip(mine, yours):
+        np.testing.assert_allclose(m.grad.numpy(), y.grad.numpy(), atol=1e-9)
+    grads = _to_torch({n: p.grad.numpy() for n, p in ours.named_parameters()})
+    theirs_grads = {n: p.grad for n, p in theirs.named_parameters()}
+    assert grads.keys() == theirs_grads.keys()
+    for name, g in grads.items():
+        np.testing.assert_allclose(g.numpy(), theirs_grads[name].numpy(), atol=1e-9, err_msg=name)
+
+
+def _mask_cases(b, t, heads, rng):
+    blocked = rng.random((t, t)) < 0.3
+    np.fill_diagonal(blocked, False)  # every query keeps a key
+    pad = np.zeros((b, t), bool)
+    pad[-1, t - 2:] = True
+    return {
+        "none": {},
+        "causal": dict(src_mask=np.triu(np.full((t, t), -np.inf), 1), is_causal=True),
+        "bool": dict(src_mask=blocked),
+        "float_per_head": dict(src_mask=rng.normal(size=(b * heads, t, t))),
+        "padding": dict(src_key_padding_mask=pad),
+        "causal_and_padding": dict(src_mask=np.triu(np.ones((t, t), bool), 1), src_key_padding_mask=pad),
+    }
+
+
+@pytest.mark.parametrize("mask", ["none", "causal", "bool", "float_per_head", "padding", "causal_and_padding"])
+@pytest.mark.parametrize("batch_first,norm_first,activation", [(False, False, "relu"), (True, True, "gelu"),
+                                                               (False, True, "callable")])
+@pytest.mark.usefixtures("sdpa_path")
+@pytest.mark.torch_parity
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_encoder_layer_matches_torch(mask, batch_first, norm_first, activation):
+    ta.manual_seed(0)
+    rng = np.random.default_rng(4)
+    ours_act, theirs_act = ((ta.nn.functional.gelu, torch.nn.functional.gelu) if activation == "callable"
+                            else (activation, activation))
+    kw = dict(batch_first=batch_first, norm_first=norm_first, layer_norm_eps=1e-3)
+    ours = nn.TransformerEncoderLayer(8, 2, 16, 0.0, ours_act, dtype=ta.float64, **kw)
+    theirs = torch.nn.TransformerEncoderLayer(8, 2, 16, 0.0, theirs_act, dtype=torch.float64, **kw)
+    _load(ours, theirs)
+    b, t = 3, 5
+    x = rng.normal(size=(b, t, 8) if batch_first else (t, b, 8))
+    _compare(ours, theirs, [x], _mask_cases(b, t, 2, rng)[mask])
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.usefixtures("sdpa_path")
+@pytest.mark.torch_parity
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_decoder_layer_matches_torch(batch_first):
+    ta.manual_seed(0)
+    rng = np.random.default_rng(5)
+    ours = nn.TransformerDecoderLayer(8, 2, 16, 0.0, batch_first=batch_first, bias=False, dtype=ta.float64)
+    theirs = torch.nn.TransformerDecoderLayer(8, 2, 16, 0.0, batch_first=batch_first, bias=False,
+                                              dtype=torch.float64)
+    _load(ours, theirs)
+    b, t, s = 2, 4, 6
+    tgt = rng.normal(size=(b, t, 8) if batch_first else (t, b, 8))
+    memory = rng.normal(size=(b, s, 8) if batch_first else (s, b, 8))
+    memory_pad = np.zeros((b, s), bool)
+    memory_pad[0, 4:] = True
+    blocked = rng.random((t, s)) < 0.3
+    blocked[:, 0] = False
+    for kwargs in ({}, dict(tgt_mask=np.triu(np.full((t, t), -np.inf), 1), tgt_is_causal=True,
+                            memory_key_padding_mask=memory_pad), dict(memory_mask=blocked)):
+        for p in ours.parameters():
+            p.grad = None
+        theirs.zero_grad(set_to_none=True)
+        _compare(ours, theirs, [tgt, memory], kwargs)
+
+
+@pytest.mark.torch_parity
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_transformer_matches_torch():
+    ta.manual_seed(0)
+    rng = np.random.default_rng(6)
+    ours = nn.Transformer(8, 2, 2, 2, 16, 0.0, "gelu", dtype=ta.float64)
+    theirs = torch.nn.Transformer(8, 2, 2, 2, 16, 0.0, "gelu", dtype=torch.float64)
+    _load(ours, theirs)
+    src, tgt = rng.normal(size=(6, 2, 8)), rng.normal(size=(4, 2, 8))
+    src_pad = np.zeros((2, 6), bool)
+    src_pad[1, 5:] = True
+    kwargs = dict(tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(4).numpy(),
+                  src_key_padding_mask=src_pad, memory_key_padding_mask=src_pad)
+    _compare(ours, theirs, [src, tgt], kwargs)
+    np.testing.assert_array_equal(nn.Transformer.generate_square_subsequent_mask(7).numpy(),
+                                  torch.nn.Transformer.generate_square_subsequent_mask(7).numpy())
+    with pytest.raises(RuntimeError, match="hint"):
+        theirs.encoder.layers[0](torch.tensor(src), is_causal=True)
+    with pytest.raises(RuntimeError, match="hint"):
+        ours.encoder.layers[0](ta.Tensor(src), is_causal=True)
+
+
+# A PyTorch program (the word-language-model example's Transformer, in its idioms), run by renaming imports.
+PROGRAM = '''
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, dropout=0.1, max_len=64):
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        pe = torch.zeros(max_len, d_model)
+        position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        self.register_buffer("pe", pe.unsqueeze(0).transpose(0, 1))
+
+    def forward(self, x):
+        return self.dropout(x + self.pe[:x.size(0), :])
+
+
+class TransformerModel(nn.Module):
+    def __init__(self, ntoken, ninp, nhead, nhid, nlayers, dropout=0.0):
+        super().__init__()
+        self.pos_encoder = PositionalEncoding(ninp, dropout)
+        self.transformer_encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(ninp, nhead, nhid, dropout),
+                                                         nlayers)
+        self.encoder = nn.Embedding(ntoken, ninp)
+        self.ninp = ninp
+        self.decoder = nn.Linear(ninp, ntoken)
+
+    def forward(self, src, src_mask):
+        src = self.pos_encoder(self.encoder(src) * math.sqrt(self.ninp))
+        return F.log_softmax(self.decoder(self.transformer_encoder(src, src_mask)), dim=-1)
+
+
+def train(model, batches, ntokens, steps):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    losses = []
+    for data, targets in batches[:steps]:
+        mask = nn.Transformer.generate_square_subsequent_mask(data.size(0))
+        optimizer.zero_grad()
+        loss = F.nll_loss(model(data, mask).view(-1, ntokens), targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+'''
+
+
+def _program(library):
+    import math
+    namespace = dict(torch=library, nn=library.nn, F=library.nn.functional, math=math)
+    exec(PROGRAM, namespace)  # the same source for both libraries
+    return namespace
+
+
+@pytest.mark.torch_parity
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_a_pytorch_language_model_trains_the_same_by_renaming_imports():
+    ours, theirs = _program(ta), _program(torch)
+    ta.manual_seed(0)
+    model = ours["TransformerModel"](11, 16, 2, 32, 2)
+    twin = theirs["TransformerModel"](11, 16, 2, 32, 2)
+    _load(model, twin)
+    rng = np.random.default_rng(7)
+    tokens = [rng.integers(0, 11, (9, 3)) for _ in range(3)]  # (T + 1, B): inputs and next tokens
+    batches = [(ta.tensor(t[:-1]), ta.tensor(t[1:].reshape(-1))) for t in tokens]
+    twin_batches = [(torch.tensor(t[:-1]), torch.tensor(t[1:].reshape(-1))) for t in tokens]
+    np.testing.assert_allclose(ours["train"](model, batches, 11, 3), theirs["train"](twin, twin_batches, 11, 3),
+                               rtol=2e-5)
