@@ -3,8 +3,9 @@
 1. The engine's fixed cost per op: a chain of small elementwise ops on a (4, 4) tensor, forward and
    backward, microseconds per op (the cost that dominates a tiny model).
 2. ms per training step of the ported programs in examples/ (gpt_trainer.py, transformer_copy.py,
-   llama_style.py: a GPT with masked softmax, an encoder-decoder Transformer, a tiny Llama) against
-   their PyTorch twins in examples/pytorch/, from the same weights (the model is built outside the timing).
+   llama_style.py, char_transformer.py: a GPT with masked softmax, an encoder-decoder Transformer, a tiny
+   Llama, a character model on nn.TransformerEncoder) against their PyTorch twins in examples/pytorch/,
+   from the same weights (the model is built outside the timing).
 
 Medians over interleaved rounds (the machine is shared and noisy).
 
@@ -23,7 +24,7 @@ import numpy as np
 from machine import print_machine  # benchmarks/machine.py: the machine, beside every table
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
-PROGRAMS = ("gpt_trainer.py", "transformer_copy.py", "llama_style.py")
+PROGRAMS = ("gpt_trainer.py", "transformer_copy.py", "llama_style.py", "char_transformer.py")
 
 
 def _load(path: pathlib.Path, name: str):
@@ -50,6 +51,9 @@ def train_steps(module, weights, steps: int) -> float:
     if hasattr(module, "SequenceDataset"):  # gpt_trainer: batches come from a Dataset
         dataset = module.SequenceDataset(module.np.arange(4000) % 11, block_size=8)
         run = lambda: module.train(model, dataset, steps)  # noqa: E731
+    elif hasattr(module, "batchify"):  # char_transformer: (T, B) columns of its text
+        data, chars = module.encode(module.TEXT * 4)
+        run = lambda: module.train(model, module.batchify(data, 8), len(chars), steps)  # noqa: E731
     elif hasattr(module, "TEXT"):  # llama_style: windows of its text
         data, _ = module.encode(module.TEXT)
         run = lambda: module.train(model, data, steps)  # noqa: E731

@@ -60,6 +60,7 @@ SHAPED = {  # name -> f(library, a) on a (3, 4) float64 tensor a; values, dtypes
     "tril": lambda m, a: m.tril(a), "triu": lambda m, a: m.triu(a, 1),
     "masked_fill": lambda m, a: m.masked_fill(a, a < 0, 0.0), "matmul": lambda m, a: m.matmul(a, a.T),
     "bmm": lambda m, a: m.bmm(a[None], a.T[None]), "transpose": lambda m, a: m.transpose(a, 0, 1),
+    "t": lambda m, a: m.t(a) + a.t().t().t(),
     "permute": lambda m, a: m.permute(a[None], (2, 0, 1)), "reshape": lambda m, a: m.reshape(a, (6, 2)),
     "squeeze": lambda m, a: m.squeeze(a[None]), "unsqueeze": lambda m, a: m.unsqueeze(a, 1),
     "flatten": lambda m, a: m.flatten(a), "numel": lambda m, a: m.tensor(m.numel(a)),

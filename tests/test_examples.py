@@ -18,6 +18,7 @@ EXPECTED = {
     "port_from_pytorch.py": ([], "greedy continuation of 3 4 5: [3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]"),
     "gpt_trainer.py": ([], "greedy continuation of 1 2 3: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0]"),
     "llama_style.py": ([], "greedy continuation of 'the ': 'the gradient'"),
+    "char_transformer.py": ([], "greedy continuation of 'the ': 'the queries,'"),
     "transformer_copy.py": ([], "greedy copy of 1..10: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"),
 }
 

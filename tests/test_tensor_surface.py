@@ -219,3 +219,14 @@ def test_functional_additions_match_torch_with_gradients():
     ln, tln = ta.nn.LayerNorm(6, bias=False), torch.nn.LayerNorm(6, bias=False, dtype=torch.float32)
     np.testing.assert_allclose(ln(ta.Tensor(x.astype(np.float32))).detach().numpy(),
                                tln(torch.tensor(x, dtype=torch.float32)).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_t_transposes_two_dims_and_keeps_fewer():
+    x = ta.Tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    np.testing.assert_array_equal(x.t().detach().numpy(), np.arange(6.0).reshape(2, 3).T)
+    x.t().backward(np.arange(6.0).reshape(3, 2))
+    np.testing.assert_array_equal(x.grad.numpy(), np.arange(6.0).reshape(3, 2).T)
+    v = ta.tensor([1.0, 2.0])
+    assert v.t().shape == (2,) and ta.t(ta.tensor(3.0)).shape == ()
+    with pytest.raises(RuntimeError, match=r"t\(\) expects a tensor with <= 2 dimensions, but self is 3D"):
+        ta.zeros(2, 3, 4).t()

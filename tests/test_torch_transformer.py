@@ -162,6 +162,35 @@ def test_bad_inputs_name_the_argument():
         nn.TransformerEncoder(nn.Linear(8, 8), 2)
 
 
+def test_state_dicts_use_pytorchs_names_and_load_either():
+    ta.manual_seed(0)
+    layer = nn.TransformerDecoderLayer(8, 2, 16, 0.0)
+    state = layer.state_dict()
+    assert list(state)[:5] == ["self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
+                               "self_attn.out_proj.bias", "multihead_attn.in_proj_weight"]
+    assert {"linear1.weight", "linear2.bias", "norm3.weight"} <= set(state) and not any("q_proj" in k for k in state)
+    q, k, v = (getattr(layer.self_attn, f"{n}_proj").weight.detach().numpy() for n in "qkv")
+    np.testing.assert_array_equal(state["self_attn.in_proj_weight"].numpy(), np.concatenate([q, k, v]))
+    assert state["linear1.weight"].numpy() is not None and np.shares_memory(
+        state["linear1.weight"].numpy(), layer.ff.linear1.weight.detach().numpy())  # unpacked entries: the parameter
+    other = nn.TransformerDecoderLayer(8, 2, 16, 0.0)
+    other.load_state_dict(state)  # PyTorch's names
+    for (name, p), (_, p2) in zip(layer.named_parameters(), other.named_parameters()):
+        np.testing.assert_array_equal(p.detach().numpy(), p2.detach().numpy(), err_msg=name)
+    ours = {n: p.detach().numpy() + 1 for n, p in layer.named_parameters()}  # this library's names load too
+    other.load_state_dict(ours)
+    np.testing.assert_array_equal(other.cross_attn.k_proj.bias.detach().numpy(), ours["cross_attn.k_proj.bias"])
+    bad = dict(state, **{"self_attn.in_proj_weight": np.zeros((23, 8), np.float32)})
+    with pytest.raises(ValueError, match=r"load_state_dict: .*'in_proj_weight' must have 3 \* embed_dim rows"):
+        other.load_state_dict(bad)
+    mha = nn.MultiheadAttention(8, 2, kdim=5, vdim=3)
+    assert list(mha.state_dict()) == ["q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
+                                      "out_proj.weight", "out_proj.bias"]
+    model = nn.Transformer(8, 2, 1, 1, 16, 0.0)
+    assert "encoder.layers.0.self_attn.in_proj_weight" in model.state_dict()
+    model.load_state_dict(model.state_dict())
+
+
 # --- the same values and gradients as PyTorch's modules ------------------------------------------------------
 
 
@@ -170,7 +199,7 @@ def _to_torch(values):
 
 
 def _load(ours, theirs):
-    theirs.load_state_dict(_to_torch({k: v.numpy() for k, v in ours.state_dict().items()}))
+    theirs.load_state_dict({k: torch.tensor(v.numpy()) for k, v in ours.state_dict().items()})  # PyTorch's names
 
 
 def _compare(ours, theirs, inputs, kwargs):
@@ -267,6 +296,8 @@ def test_transformer_matches_torch():
     kwargs = dict(tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(4).numpy(),
                   src_key_padding_mask=src_pad, memory_key_padding_mask=src_pad)
     _compare(ours, theirs, [src, tgt], kwargs)
+    assert list(ours.state_dict()) == list(theirs.state_dict())  # the same names in the same order
+    ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})  # a PyTorch checkpoint, as it is
     np.testing.assert_array_equal(nn.Transformer.generate_square_subsequent_mask(7).numpy(),
                                   torch.nn.Transformer.generate_square_subsequent_mask(7).numpy())
     with pytest.raises(RuntimeError, match="hint"):

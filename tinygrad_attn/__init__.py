@@ -206,6 +206,7 @@ from .tensor_functions import (
     std_mean,
     sub,
     sum,  # noqa: A004
+    t,
     tan,
     tanh,
     transpose,
@@ -262,5 +263,5 @@ __all__ = ["amp", "compile", "distributed", "acos", "acosh", "asin", "asinh", "a
            "randn", "randn_like", "randperm", "relu", "reshape", "return_types", "rsqrt", "runtime", "save",
            "sdpa_kernel", "seed", "set_grad_enabled", "set_num_threads", "short", "sigmoid", "sin", "softmax",
            "sort", "split", "sqrt", "square", "squeeze", "stack", "std", "sum", "tanh", "tasks", "tensor", "topk",
-           "trace_backward", "transpose", "tril", "triu", "uint8", "unique", "unsqueeze", "utils", "var", "viz",
+           "t", "trace_backward", "transpose", "tril", "triu", "uint8", "unique", "unsqueeze", "utils", "var", "viz",
            "where", "zeros", "zeros_like", "ComplexTensor", "complex", "polar", "view_as_complex", "view_as_real"]

@@ -1497,6 +1497,13 @@ class Tensor(Node):
         dims[a], dims[b] = dims[b], dims[a]
         return Permute.apply(self, dims=tuple(dims))
 
+    def t(self) -> Tensor:
+        """A 2-D tensor transposed; a 0-d or 1-D one as it is (a view), as PyTorch's t()."""
+        if self.ndim > 2:
+            raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self.ndim}D (shape "
+                               f"{self.shape}); use transpose(dim0, dim1) or permute")
+        return Permute.apply(self, dims=tuple(range(self.ndim))[::-1])
+
     @property
     def T(self) -> Tensor:
         if self.ndim != 2:

@@ -118,6 +118,7 @@ std = _method("std")
 sum = _method("sum")  # noqa: A001
 tanh = _method("tanh")
 transpose = _method("transpose")
+t = _method("t")
 unique = _method("unique")
 unsqueeze = _method("unsqueeze")
 var = _method("var")

@@ -245,7 +245,7 @@ class Module:
         Tensor sharing its memory, as in PyTorch: training on changes it, so snapshot with `.clone()`."""
         state = {name: Tensor(p._data) for name, p in self._named_members()}
         state.update({name: Tensor(b._data) for name, b in self.named_buffers(persistent_only=True)})
-        return state
+        return self._renamed(state, "_state_to_saved")
 
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
         """Copy arrays into the existing parameters and buffers, cast to each one's dtype.
@@ -256,6 +256,10 @@ class Module:
         """
         if not isinstance(state, dict):
             raise TypeError(f"load_state_dict: expected a dict of arrays, got {type(state).__name__}")
+        try:
+            state = self._renamed(dict(state), "_state_from_saved")
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"load_state_dict: {error}") from None
         targets = dict(self._named_members())
         targets.update(self.named_buffers(persistent_only=True))
         missing = sorted(set(targets) - set(state))
@@ -276,6 +280,30 @@ class Module:
         for name, value in values.items():
             np.copyto(targets[name]._data, value, casting="unsafe")
             targets[name].bump_version()
+
+    def _state_to_saved(self, state: dict[str, Any]) -> dict[str, Any]:
+        """This module's entries of a state dict (names relative to it) as `state_dict` gives them. The modules
+        with PyTorch's interface give PyTorch's names (a packed `in_proj_weight`, `linear1`); others keep theirs."""
+        return state
+
+    def _state_from_saved(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The inverse of _state_to_saved, for `load_state_dict` (names in this library's layout pass unchanged)."""
+        return state
+
+    def _renamed(self, state: dict[str, Any], hook: str) -> dict[str, Any]:
+        """`state` with each module's own entries passed through its `hook`, innermost modules first."""
+        for prefix, module in reversed(list(self.named_modules())):
+            if getattr(type(module), hook) is getattr(Module, hook):
+                continue
+            start = prefix + "." if prefix else ""
+            keys = [k for k in state if k.startswith(start)]
+            if keys:  # the group's new entries where its first entry was: the order of the names is kept
+                first = list(state).index(keys[0])
+                items = list(state.items())
+                converted = getattr(module, hook)({k[len(start):]: state[k] for k in keys})
+                state = dict(items[:first]) | {start + k: v for k, v in converted.items()} | {
+                    k: v for k, v in items[first:] if not k.startswith(start)}
+        return state
 
     # --- modes and conversions ----------------------------------------------------------
     def train(self, mode: bool = True) -> Module:

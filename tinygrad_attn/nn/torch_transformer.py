@@ -5,8 +5,9 @@ As PyTorch's: inputs are (T, B, E) unless batch_first=True, or unbatched (T, E);
 (B * H, T, S) is bool True where a query may NOT look, or floats added to the scores; `*_key_padding_mask`
 (B, S) is True on padding; `is_causal` is a hint that the mask is the causal one and needs that mask.
 A mask equal to the causal mask (generate_square_subsequent_mask) runs as the fused causal kernel. The
-parameters keep this library's names (self_attn.q_proj, ff.linear1, ...): `interop.to_torch` and
-`from_torch` convert a state dict to torch.nn's names and back.
+parameters keep this library's names (self_attn.q_proj, ff.linear1, ...), but `state_dict` gives PyTorch's
+(self_attn.in_proj_weight, linear1, multihead_attn) and `load_state_dict` takes them (or this library's), so
+a checkpoint moves between the two as it is.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..engine import check_device
 from ..masks import is_causal_mask, torch_masks
 from ..tensor import Tensor
 from . import init
+from .attention.multi_head import from_torch_names, to_torch_names
 from .layers import LayerNorm
 from .module import Module, ModuleList
 from .transformer import DecoderBlock, EncoderBlock
@@ -65,6 +67,32 @@ def _self_masks(op: str, names: tuple[str, str, str], mask: Any, padding: Any, i
     return causal, torch_masks(op, names[:2], None if causal else mask, padding, batch, heads, t, t)
 
 
+def _layer_to_torch(state: dict[str, Any], attentions: dict[str, str]) -> dict[str, Any]:
+    """A layer's state entries under torch.nn's names: each attention (our prefix -> torch's) packed, and the
+    feed-forward's ff.linear1 / ff.linear2 as linear1 / linear2."""
+    out = {}
+    for ours, theirs in attentions.items():
+        part = {k[len(ours):]: v for k, v in state.items() if k.startswith(ours)}
+        out.update({theirs + k: v for k, v in to_torch_names(part).items()})
+    for k, v in state.items():
+        if not k.startswith(tuple(attentions)):
+            out[k[len("ff."):] if k.startswith("ff.") else k] = v
+    return out
+
+
+def _layer_from_torch(state: dict[str, Any], attentions: dict[str, str]) -> dict[str, Any]:
+    """The inverse of _layer_to_torch; entries already under this library's names pass unchanged."""
+    out, prefixes = {}, tuple(attentions) + tuple(attentions.values())
+    for ours, theirs in attentions.items():
+        for prefix in dict.fromkeys((ours, theirs)):
+            part = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            out.update({ours + k: v for k, v in from_torch_names(part).items()})
+    for k, v in state.items():
+        if not k.startswith(prefixes):
+            out["ff." + k if k.startswith(("linear1.", "linear2.")) else k] = v
+    return out
+
+
 class TransformerEncoderLayer(EncoderBlock):
     """torch.nn.TransformerEncoderLayer: self-attention then feed-forward, each with a residual and LayerNorm
     (post-norm unless norm_first=True)."""
@@ -82,6 +110,12 @@ class TransformerEncoderLayer(EncoderBlock):
 
     linear1 = property(lambda self: self.ff.linear1)  # torch.nn's attribute names
     linear2 = property(lambda self: self.ff.linear2)
+
+    def _state_to_saved(self, state: dict[str, Any]) -> dict[str, Any]:
+        return _layer_to_torch(state, {"self_attn.": "self_attn."})
+
+    def _state_from_saved(self, state: dict[str, Any]) -> dict[str, Any]:
+        return _layer_from_torch(state, {"self_attn.": "self_attn."})
 
     def forward(self, src: Tensor, src_mask: Any = None, src_key_padding_mask: Any = None,
                 is_causal: bool = False) -> Tensor:
@@ -112,6 +146,12 @@ class TransformerDecoderLayer(DecoderBlock):
     linear1 = property(lambda self: self.ff.linear1)  # torch.nn's attribute names
     linear2 = property(lambda self: self.ff.linear2)
     multihead_attn = property(lambda self: self.cross_attn)
+
+    def _state_to_saved(self, state: dict[str, Any]) -> dict[str, Any]:
+        return _layer_to_torch(state, {"self_attn.": "self_attn.", "cross_attn.": "multihead_attn."})
+
+    def _state_from_saved(self, state: dict[str, Any]) -> dict[str, Any]:
+        return _layer_from_torch(state, {"self_attn.": "self_attn.", "cross_attn.": "multihead_attn."})
 
     def forward(self, tgt: Tensor, memory: Tensor, tgt_mask: Any = None, memory_mask: Any = None,
                 tgt_key_padding_mask: Any = None, memory_key_padding_mask: Any = None, tgt_is_causal: bool = False,

@@ -15,6 +15,7 @@ from ... import functional as F
 from ...checks import check_tensor
 from ...engine import check_device
 from ...fused import PackedLinearFunction
+from ...interop import mha_from_torch, mha_to_torch
 from ...kernels.flash import Variant
 from ...kernels.visibility import band
 from ...masks import causal_mask, torch_masks
@@ -363,8 +364,8 @@ class MultiheadAttention(MultiHeadAttention):
     masks, and a float one is added to the scores; `key_padding_mask` (B, S) is True on padding;
     need_weights=True and average_attn_weights=True by default, so the weights are (B, T, S). is_causal is
     a hint that attn_mask is the causal mask, and needs it, as in PyTorch. The parameters keep this
-    library's names (q_proj, k_proj, v_proj, out_proj): `interop.mha_from_torch` converts PyTorch's packed
-    `in_proj_weight`.
+    library's names (q_proj, k_proj, v_proj, out_proj); `state_dict` gives PyTorch's (`in_proj_weight` packed,
+    or q/k/v_proj_weight when kdim or vdim differ) and `load_state_dict` takes either.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
@@ -399,6 +400,26 @@ class MultiheadAttention(MultiHeadAttention):
         if batched and not self.batch_first:
             out = out.transpose(0, 1)  # back to (T, B, E)
         return out, weights
+
+
+    def _state_to_saved(self, state: dict[str, Any]) -> dict[str, Any]:
+        return to_torch_names(state)
+
+    def _state_from_saved(self, state: dict[str, Any]) -> dict[str, Any]:
+        return from_torch_names(state)
+
+
+def to_torch_names(state: dict[str, Any]) -> dict[str, Any]:
+    """A MultiHeadAttention's state entries under torch.nn.MultiheadAttention's names; the entries whose name
+    stays (out_proj) are the same objects, the packed in_proj_weight and in_proj_bias new tensors."""
+    return {k: state[k] if k in state else Tensor(v) for k, v in mha_to_torch(state).items()}
+
+
+def from_torch_names(state: dict[str, Any]) -> dict[str, Any]:
+    """torch.nn.MultiheadAttention's entries under this library's names; entries already so named pass."""
+    if "in_proj_weight" not in state and not any(f"{n}_proj_weight" in state for n in "qkv"):
+        return state
+    return {k: state.get(k, v) for k, v in mha_from_torch(state).items()}
 
 
 def _hide(mask, hidden: np.ndarray):
