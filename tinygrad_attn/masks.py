@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -85,7 +86,14 @@ def is_causal_mask(mask: Any, t: int) -> bool:
     m = _array(mask)
     if m.shape != (t, t) or m.dtype.kind not in "bf":
         return False
+    reference = _causal_reference(t, m.dtype == np.bool_) if t <= 256 else _causal_reference.__wrapped__(
+        t, m.dtype == np.bool_)  # the small ones kept: a layer checks its mask at every call
+    return bool(np.array_equal(m, reference))
+
+
+@functools.lru_cache(maxsize=8)
+def _causal_reference(t: int, boolean: bool) -> np.ndarray:
     above = np.triu(np.ones((t, t), bool), 1)
-    if m.dtype == np.bool_:
-        return bool(np.array_equal(m, above))
-    return bool(np.array_equal(m, np.where(above, -np.inf, 0.0)))
+    reference = above if boolean else np.where(above, -np.inf, 0.0).astype(np.float32)
+    reference.flags.writeable = False
+    return reference

@@ -17,6 +17,12 @@ from ..engine import Function, RemovableHandle, check_device, device, is_grad_en
 from ..tensor import Tensor
 
 
+def _first_names(members: list[tuple[str, Parameter]]) -> list[tuple[str, Parameter]]:
+    """Each parameter once, under its first name."""
+    seen: set[int] = set()
+    return [(name, p) for name, p in members if not (id(p) in seen or seen.add(id(p)))]
+
+
 class Parameter(Tensor):
     """A Tensor that requires grad and that a Module counts as one of its weights."""
 
@@ -168,25 +174,24 @@ class Module:
     def children(self) -> Iterator[Module]:
         return (m for _, m in self.named_children())
 
-    def _named_members(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
-        """Every (dotted name, parameter) pair, a parameter shared by several names under each of them."""
+    def _named_members(self, prefix: str = "", found: list | None = None) -> list[tuple[str, Parameter]]:
+        """Every (dotted name, parameter) pair, a parameter shared by several names under each of them (a list
+        built in one walk: a training step asks for the parameters at least once)."""
+        found = [] if found is None else found
         for name, value in vars(self).items():
             if isinstance(value, Parameter):
-                yield prefix + name, value
+                found.append((prefix + name, value))
             elif isinstance(value, Module):
-                yield from value._named_members(prefix + name + ".")
+                value._named_members(prefix + name + ".", found)
+        return found
 
     def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
         """(dotted name, parameter) pairs, depth first in the order attributes were set; a parameter shared
         by several modules (tied weights) comes once, under its first name, as in PyTorch."""
-        seen: set[int] = set()
-        for name, p in self._named_members(prefix):
-            if id(p) not in seen:
-                seen.add(id(p))
-                yield name, p
+        return iter(_first_names(self._named_members(prefix)))
 
     def parameters(self) -> list[Parameter]:
-        return [p for _, p in self.named_parameters()]
+        return [p for _, p in _first_names(self._named_members())]
 
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
         """(dotted name, module) for this module ("") and every submodule, each module once."""
