@@ -234,10 +234,12 @@ def _mask_cases(b, t, heads, rng):
         "float_per_head": dict(src_mask=rng.normal(size=(b * heads, t, t))),
         "padding": dict(src_key_padding_mask=pad),
         "causal_and_padding": dict(src_mask=np.triu(np.ones((t, t), bool), 1), src_key_padding_mask=pad),
+        "float_and_padding": dict(src_mask=rng.normal(size=(t, t)), src_key_padding_mask=pad),  # one additive mask
     }
 
 
-@pytest.mark.parametrize("mask", ["none", "causal", "bool", "float_per_head", "padding", "causal_and_padding"])
+@pytest.mark.parametrize("mask", ["none", "causal", "bool", "float_per_head", "padding", "causal_and_padding",
+                                  "float_and_padding"])
 @pytest.mark.parametrize("batch_first,norm_first,activation", [(False, False, "relu"), (True, True, "gelu"),
                                                                (False, True, "callable")])
 @pytest.mark.usefixtures("sdpa_path")
@@ -375,3 +377,148 @@ def test_a_pytorch_language_model_trains_the_same_by_renaming_imports():
     twin_batches = [(torch.tensor(t[:-1]), torch.tensor(t[1:].reshape(-1))) for t in tokens]
     np.testing.assert_allclose(ours["train"](model, batches, 11, 3), theirs["train"](twin, twin_batches, 11, 3),
                                rtol=2e-5)
+
+
+# PyTorch's translation tutorial's model and masks (nn.Transformer, pad_sequence, a float causal mask built by
+# masked_fill, bool padding masks, encoder and decoder called apart), run by renaming imports.
+TRANSLATION = '''
+PAD_IDX, BOS_IDX, EOS_IDX = 1, 2, 3
+
+
+class PositionalEncoding(nn.Module):
+    def __init__(self, emb_size, dropout, maxlen=64):
+        super(PositionalEncoding, self).__init__()
+        den = torch.exp(- torch.arange(0, emb_size, 2) * math.log(10000) / emb_size)
+        pos = torch.arange(0, maxlen).reshape(maxlen, 1)
+        pos_embedding = torch.zeros((maxlen, emb_size))
+        pos_embedding[:, 0::2] = torch.sin(pos * den)
+        pos_embedding[:, 1::2] = torch.cos(pos * den)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("pos_embedding", pos_embedding.unsqueeze(-2))
+
+    def forward(self, token_embedding):
+        return self.dropout(token_embedding + self.pos_embedding[:token_embedding.size(0), :])
+
+
+class Seq2SeqTransformer(nn.Module):
+    def __init__(self, layers, emb_size, nhead, vocab, dim_feedforward):
+        super(Seq2SeqTransformer, self).__init__()
+        self.transformer = nn.Transformer(d_model=emb_size, nhead=nhead, num_encoder_layers=layers,
+                                          num_decoder_layers=layers, dim_feedforward=dim_feedforward, dropout=0.0)
+        self.generator = nn.Linear(emb_size, vocab)
+        self.src_tok_emb, self.tgt_tok_emb = nn.Embedding(vocab, emb_size), nn.Embedding(vocab, emb_size)
+        self.positional_encoding = PositionalEncoding(emb_size, dropout=0.0)
+        self.scale = math.sqrt(emb_size)
+
+    def forward(self, src, trg, src_mask, tgt_mask, src_padding_mask, tgt_padding_mask, memory_key_padding_mask):
+        src_emb = self.positional_encoding(self.src_tok_emb(src.long()) * self.scale)
+        tgt_emb = self.positional_encoding(self.tgt_tok_emb(trg.long()) * self.scale)
+        outs = self.transformer(src_emb, tgt_emb, src_mask, tgt_mask, None, src_padding_mask, tgt_padding_mask,
+                                memory_key_padding_mask)
+        return self.generator(outs)
+
+    def encode(self, src, src_mask):
+        return self.transformer.encoder(self.positional_encoding(self.src_tok_emb(src) * self.scale), src_mask)
+
+    def decode(self, tgt, memory, tgt_mask):
+        return self.transformer.decoder(self.positional_encoding(self.tgt_tok_emb(tgt) * self.scale), memory,
+                                        tgt_mask)
+
+
+def generate_square_subsequent_mask(sz):
+    mask = (torch.triu(torch.ones((sz, sz))) == 1).transpose(0, 1)
+    return mask.float().masked_fill(mask == 0, float("-inf")).masked_fill(mask == 1, float(0.0))
+
+
+def create_mask(src, tgt):
+    src_mask = torch.zeros((src.shape[0], src.shape[0])).type(torch.bool)
+    return src_mask, generate_square_subsequent_mask(tgt.shape[0]), (src == PAD_IDX).transpose(0, 1), (
+        tgt == PAD_IDX).transpose(0, 1)
+
+
+def train(model, pairs):
+    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD_IDX)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.001, betas=(0.9, 0.98), eps=1e-9)
+    model.train()
+    losses = []
+    for batch in pairs:
+        src = pad_sequence([torch.tensor(s) for s, _ in batch], padding_value=PAD_IDX)
+        tgt = pad_sequence([torch.tensor(t) for _, t in batch], padding_value=PAD_IDX)
+        tgt_input = tgt[:-1, :]
+        src_mask, tgt_mask, src_padding_mask, tgt_padding_mask = create_mask(src, tgt_input)
+        logits = model(src, tgt_input, src_mask, tgt_mask, src_padding_mask, tgt_padding_mask, src_padding_mask)
+        optimizer.zero_grad()
+        loss = loss_fn(logits.reshape(-1, logits.shape[-1]), tgt[1:, :].reshape(-1))
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def greedy_decode(model, src, max_len):
+    model.eval()
+    memory = model.encode(src, torch.zeros(src.shape[0], src.shape[0]).type(torch.bool))
+    ys = torch.ones(1, 1).fill_(BOS_IDX).type(torch.long)
+    for _ in range(max_len - 1):
+        tgt_mask = generate_square_subsequent_mask(ys.size(0)).type(torch.bool)
+        prob = model.generator(model.decode(ys, memory, tgt_mask).transpose(0, 1)[:, -1])
+        _, next_word = torch.max(prob, dim=1)
+        ys = torch.cat([ys, torch.ones(1, 1).type_as(src.data).fill_(next_word.item())], dim=0)
+        if next_word.item() == EOS_IDX:
+            break
+    return ys.flatten().tolist()
+'''
+
+
+@pytest.mark.torch_parity
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_pytorchs_translation_tutorial_trains_the_same_by_renaming_imports():
+    import math
+
+    programs = []
+    for lib in (ta, torch):
+        namespace = dict(torch=lib, nn=lib.nn, math=math, pad_sequence=lib.nn.utils.rnn.pad_sequence)
+        exec(TRANSLATION, namespace)
+        programs.append(namespace)
+    ours, theirs = programs
+    ta.manual_seed(0)
+    model = ours["Seq2SeqTransformer"](2, 16, 2, 12, 32)
+    twin = theirs["Seq2SeqTransformer"](2, 16, 2, 12, 32)
+    twin.load_state_dict({k: torch.tensor(v.numpy()) for k, v in model.state_dict().items()})
+    rng = np.random.default_rng(8)
+    pairs = []
+    for _ in range(4):
+        batch = []
+        for _ in range(4):
+            s = [int(v) for v in rng.integers(4, 12, int(rng.integers(2, 6)))]
+            batch.append(([2] + s + [3], [2] + s[::-1] + [3]))
+        pairs.append(batch)
+    np.testing.assert_allclose(ours["train"](model, pairs), theirs["train"](twin, pairs), rtol=1e-4)
+    src = [[2], [5], [6], [7], [3]]
+    assert ours["greedy_decode"](model, ta.tensor(src), 8) == theirs["greedy_decode"](twin, torch.tensor(src), 8)
+
+
+@pytest.mark.parametrize("batch_first,side", [(False, "right"), (True, "left")])
+def test_pad_sequence(batch_first, side):
+    pad_sequence = nn.utils.rnn.pad_sequence
+    rng = np.random.default_rng(2)
+    parts = [rng.normal(size=(n, 2)) for n in (3, 1, 2)]
+    leaves = [leaf(p) for p in parts]
+    out = pad_sequence(leaves, batch_first=batch_first, padding_value=-1.0, padding_side=side)
+    expected = np.full((3, 3, 2), -1.0)  # (B, L, 2)
+    for i, p in enumerate(parts):
+        expected[i, :len(p)] = p if side == "right" else expected[i, :len(p)]
+        if side == "left":
+            expected[i, 3 - len(p):] = p
+    np.testing.assert_array_equal(out.detach().numpy(), expected if batch_first else expected.transpose(1, 0, 2))
+    assert ta.gradcheck(lambda *xs: pad_sequence(list(xs), batch_first, 0.5, side), leaves)
+    ints = pad_sequence([ta.tensor([1, 2]), ta.tensor([3])], padding_value=7)
+    assert ints.dtype == ta.int64 and ints.tolist() == [[1, 3], [2, 7]]
+    with pytest.raises(ValueError, match=r"sequences\[1\] has shape \(2, 3\)"):
+        pad_sequence([ta.zeros(2, 2), ta.zeros(2, 3)])
+    with pytest.raises(TypeError, match="non-empty list of tensors"):
+        pad_sequence([])
+    if torch is not None:
+        theirs = torch.nn.utils.rnn.pad_sequence([torch.tensor(p) for p in parts], batch_first=batch_first,
+                                                 padding_value=-1.0, padding_side=side)
+        np.testing.assert_array_equal(out.detach().numpy(), theirs.numpy())
