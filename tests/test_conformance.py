@@ -61,6 +61,17 @@ SHAPED = {  # name -> f(library, a) on a (3, 4) float64 tensor a; values, dtypes
     "masked_fill": lambda m, a: m.masked_fill(a, a < 0, 0.0), "matmul": lambda m, a: m.matmul(a, a.T),
     "bmm": lambda m, a: m.bmm(a[None], a.T[None]), "transpose": lambda m, a: m.transpose(a, 0, 1),
     "t": lambda m, a: m.t(a) + a.t().t().t(),
+    "swapaxes": lambda m, a: m.swapaxes(a[None], 0, 2)[:, :, 0] + a.mT, "swapdims": lambda m, a: m.swapdims(a, 1, 0),
+    "movedim": lambda m, a: m.movedim(a[None], (0, 1), (2, 0)) * 2 + a.flip(dims=(1,))[:, :, None],
+    "narrow": lambda m, a: m.narrow(a, 1, -3, 2), "select": lambda m, a: m.select(a, 1, -1),
+    "index_select": lambda m, a: m.index_select(a, 1, m.tensor([3, 0, 3])),
+    "clamp_min": lambda m, a: m.clamp_min(a, 0.1), "clamp_max": lambda m, a: m.clamp_max(a, -0.1),
+    "addmm": lambda m, a: m.addmm(a[:, :3], a, a.T[:, :3], beta=0.5, alpha=2.0),
+    "baddbmm": lambda m, a: m.baddbmm(a[None, :, :3] * np.nan, a[None], a.T[None, :, :3], beta=0.0),
+    "dot": lambda m, a: m.dot(a[0], a[1]), "tile": lambda m, a: m.tile(a, (2,)) + m.tile(a[0], (2,))[None],
+    "count_nonzero": lambda m, a: m.count_nonzero(m.relu(a), dim=1),
+    "take_along_dim": lambda m, a: m.take_along_dim(a, m.argsort(a, 1)[:1], 1) + m.take_along_dim(
+        a, m.tensor([[5], [2]]))[0],
     "permute": lambda m, a: m.permute(a[None], (2, 0, 1)), "reshape": lambda m, a: m.reshape(a, (6, 2)),
     "squeeze": lambda m, a: m.squeeze(a[None]), "unsqueeze": lambda m, a: m.unsqueeze(a, 1),
     "flatten": lambda m, a: m.flatten(a), "numel": lambda m, a: m.tensor(m.numel(a)),
@@ -87,6 +98,7 @@ RANDOM = {  # name -> f(library): shape, dtype and range compared (the draws the
     "multinomial": lambda m: m.multinomial(m.tensor([0.2, 0.8]), 3, replacement=True),
 }
 CHECKED_ELSEWHERE = {  # test files that compare these with PyTorch themselves
+    "test_tensor_surface.py": ["finfo", "iinfo"],
     "test_ops_breadth.py": ["einsum", "diagonal", "meshgrid", "std_mean", "var_mean"],
     "test_serialization.py": ["save", "load"],
     "test_attention_core.py": ["set_num_threads", "get_num_threads"],

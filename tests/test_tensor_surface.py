@@ -230,3 +230,53 @@ def test_t_transposes_two_dims_and_keeps_fewer():
     assert v.t().shape == (2,) and ta.t(ta.tensor(3.0)).shape == ()
     with pytest.raises(RuntimeError, match=r"t\(\) expects a tensor with <= 2 dimensions, but self is 3D"):
         ta.zeros(2, 3, 4).t()
+
+
+@pytest.mark.torch_parity
+def test_new_factories_views_limits_and_modules_match_pytorch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 3, 4))
+    ours, theirs = ta.tensor(x), torch.tensor(x)
+    for name, args, kwargs in [("new_zeros", (2, 3), {}), ("new_ones", ((3,),), {"dtype": "int32"}),
+                               ("new_full", ((2,), 1.5), {}), ("new_tensor", ([1, 2],), {}),
+                               ("new_empty", (0, 2), {})]:
+        dtype = kwargs.get("dtype")
+        a = getattr(ours, name)(*args, **({"dtype": getattr(ta, dtype)} if dtype else {}))
+        b = getattr(theirs, name)(*args, **({"dtype": getattr(torch, dtype)} if dtype else {}))
+        assert a.shape == tuple(b.shape) and str(a.dtype) == str(b.dtype).split(".")[-1], name
+        if name != "new_empty":
+            np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
+    np.testing.assert_array_equal(ours.mT.numpy(), theirs.mT.numpy())
+    for dtype in ("float32", "float64", "float16"):
+        a, b = ta.finfo(getattr(ta, dtype)), torch.finfo(getattr(torch, dtype))
+        assert (a.bits, a.eps, a.max, a.min, a.tiny, a.resolution) == (b.bits, b.eps, b.max, b.min, b.tiny,
+                                                                        b.resolution), dtype
+    assert ta.finfo().eps == torch.finfo().eps
+    for dtype in ("int8", "int32", "int64", "uint8"):
+        a, b = ta.iinfo(getattr(ta, dtype)), torch.iinfo(getattr(torch, dtype))
+        assert (a.bits, a.max, a.min) == (b.bits, b.max, b.min), dtype
+    with pytest.raises(TypeError, match="not a floating dtype"):
+        ta.finfo(ta.int64)
+    with pytest.raises(TypeError, match="not an integer dtype"):
+        ta.iinfo(ta.float32)
+    y = rng.normal(size=(2, 3, 6))
+    for same in [
+        lambda m, t: m.nn.GELU(approximate="tanh")(t), lambda m, t: m.nn.Flatten()(t),
+        lambda m, t: m.nn.Unflatten(2, (2, 3))(t), lambda m, t: m.nn.functional.glu(t, dim=-1),
+        lambda m, t: m.nn.functional.cosine_similarity(t, t.flip(0) + 1, dim=-1),
+        lambda m, t: m.softmax(t, dim=1, dtype=m.float32), lambda m, t: t.log_softmax(0, dtype=m.float32),
+        lambda m, t: m.tril(m.ones(3, 3, dtype=m.bool)) & m.triu(m.ones(3, 3, dtype=m.bool), -1),
+    ]:
+        a, b = T(y), torch.tensor(y, requires_grad=True)
+        out, tout = same(ta, a), same(torch, b)
+        assert out.shape == tuple(tout.shape) and str(out.dtype) == str(tout.dtype).split(".")[-1]
+        np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=1e-6, atol=1e-7)
+        if out.requires_grad:
+            g = rng.normal(size=out.shape)
+            out.backward(g.astype(out.dtype))
+            tout.backward(torch.tensor(g, dtype=tout.dtype))
+            np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-5, atol=1e-6)
+    ta.manual_seed(0)
+    w = ta.nn.init.kaiming_normal_(ta.nn.Parameter(np.zeros((400, 300))), mode="fan_out", nonlinearity="relu")
+    assert abs(float(w.detach().numpy().std()) - np.sqrt(2 / 400)) < 0.01 * np.sqrt(2 / 400) * 10

@@ -106,5 +106,22 @@ def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -
     return x / x.norm(2, dim, keepdim=True).clamp(eps, None)
 
 
-__all__ = ["celu", "elu", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "logsigmoid", "mish", "normalize",
-           "relu6", "selu", "silu", "softplus", "softsign", "tanhshrink"]
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """sum(x1 / max(||x1||, eps) * x2 / max(||x2||, eps)) along `dim`, x1 and x2 broadcast, as PyTorch's."""
+    a, b = float_tensor(x1, "cosine_similarity", "x1"), float_tensor(x2, "cosine_similarity", "x2")
+    eps = check_number(eps, "eps", "cosine_similarity", 0.0)
+    return (a / a.norm(2, dim, keepdim=True).clamp(eps, None) * (b / b.norm(2, dim, keepdim=True).clamp(eps, None))
+            ).sum(dim)
+
+
+def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
+    """a * sigmoid(b), a and b the two halves of input along `dim` (whose size must be even)."""
+    x = float_tensor(input, "glu")
+    if x.ndim == 0 or x.shape[dim] % 2:
+        raise RuntimeError(f"glu: halving dimension must be even, got shape {x.shape} along dim {dim}")
+    a, b = x.chunk(2, dim)
+    return a * b.sigmoid()
+
+
+__all__ = ["celu", "cosine_similarity", "elu", "glu", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu",
+           "logsigmoid", "mish", "normalize", "relu6", "selu", "silu", "softplus", "softsign", "tanhshrink"]

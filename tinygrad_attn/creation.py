@@ -11,7 +11,7 @@ import numpy as np
 from . import rng
 from .checks import check_number, check_tensor
 from .engine import check_device, tensor_dtype
-from .tensor import Tensor, where
+from .tensor import Tensor
 
 _DEFAULT = np.float32
 
@@ -103,26 +103,13 @@ def rand(*size: Any, dtype: Any = None, requires_grad: bool = False, device: Any
 
 
 def tril(t: Tensor, diagonal: int = 0) -> Tensor:
-    """Entries above the `diagonal`-th diagonal of the last two dims set to 0 (differentiable)."""
-    t, diagonal = _matrices(t, diagonal, "tril")
-    keep = np.tri(t.shape[-2], t.shape[-1], diagonal, dtype=bool)
-    return where(keep, t, 0)
+    """torch.tril's function form of `Tensor.tril` (entries above the diagonal-th diagonal set to 0)."""
+    return check_tensor(t, "tril").tril(diagonal)
 
 
 def triu(t: Tensor, diagonal: int = 0) -> Tensor:
-    """Entries below the `diagonal`-th diagonal of the last two dims set to 0 (differentiable)."""
-    t, diagonal = _matrices(t, diagonal, "triu")
-    keep = ~np.tri(t.shape[-2], t.shape[-1], diagonal - 1, dtype=bool)
-    return where(keep, t, 0)
-
-
-def _matrices(t: Any, diagonal: Any, op: str) -> tuple[Tensor, int]:
-    t = check_tensor(t, op)
-    if t.ndim < 2:
-        raise ValueError(f"{op}: input must have at least 2 dims, got shape {t.shape}")
-    if isinstance(diagonal, bool) or not isinstance(diagonal, (int, np.integer)):
-        raise TypeError(f"{op}: diagonal must be an int, got {diagonal!r}")
-    return t, min(max(int(diagonal), -t.shape[-2]), t.shape[-1])  # beyond the matrix: the same as its edge
+    """torch.triu's function form of `Tensor.triu` (entries below the diagonal-th diagonal set to 0)."""
+    return check_tensor(t, "triu").triu(diagonal)
 
 
 def topk(t: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002

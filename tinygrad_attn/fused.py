@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .checks import bool_mask, check_indices, float_tensor, normalize_dim
+from .checks import bool_mask, check_indices, check_tensor, float_tensor, normalize_dim
 from .engine import Function, Node
 from .kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from .kernels.embedding import scatter_add_rows
@@ -441,17 +441,18 @@ def _along_last(fn: type[Function], x: Node, dim: int, keep: np.ndarray | None) 
     return fn.apply(x.transpose(dim, -1), keep=keep).transpose(dim, -1)
 
 
-def softmax(x: Node, dim: int = -1, mask: object = None) -> Node:
-    """exp(x) / sum(exp(x)) along `dim`; entries where the bool `mask` is False get probability 0."""
-    x = float_tensor(x, "softmax")
+def softmax(x: Node, dim: int = -1, mask: object = None, *, dtype: Any = None) -> Node:
+    """exp(x) / sum(exp(x)) along `dim`; entries where the bool `mask` is False get probability 0; `dtype`
+    casts x first, as PyTorch's."""
+    x = float_tensor(x if dtype is None else check_tensor(x, "softmax").astype(dtype), "softmax")
     if x.ndim == 0:
         raise ValueError("softmax: the input needs at least one dim, got a 0-d tensor")
     return _along_last(Softmax, x, dim, bool_mask(mask, x.shape, "softmax"))
 
 
-def log_softmax(x: Node, dim: int = -1, mask: object = None) -> Node:
-    """x - logsumexp(x) along `dim`; masked entries give -inf, fully masked rows 0."""
-    x = float_tensor(x, "log_softmax")
+def log_softmax(x: Node, dim: int = -1, mask: object = None, *, dtype: Any = None) -> Node:
+    """x - logsumexp(x) along `dim`; masked entries give -inf, fully masked rows 0; `dtype` casts x first."""
+    x = float_tensor(x if dtype is None else check_tensor(x, "log_softmax").astype(dtype), "log_softmax")
     if x.ndim == 0:
         raise ValueError("log_softmax: the input needs at least one dim, got a 0-d tensor")
     return _along_last(LogSoftmax, x, dim, bool_mask(mask, x.shape, "log_softmax"))

@@ -923,11 +923,15 @@ class Tensor(Node):
             raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions, got shape {self.shape}")
         if isinstance(diagonal, bool) or not isinstance(diagonal, (int, np.integer)):
             raise TypeError(f"{name}: diagonal must be an int, got {diagonal!r}")
-        below = np.tri(*self.shape[-2:], k=int(diagonal) if lower else int(diagonal) - 1, dtype=bool)
+        k = min(max(int(diagonal), -self.shape[-2]), self.shape[-1])  # beyond the matrix: the same as its edge
+        below = np.tri(*self.shape[-2:], k=k if lower else k - 1, dtype=bool)
         return self.masked_fill(~below if lower else below, 0)  # j <= i + diagonal kept (tril), or dropped (triu)
 
-    def flip(self, *dims: Any) -> Tensor:
+    def flip(self, *args: Any, dims: Any = None) -> Tensor:
         """A copy with the order of `dims` reversed (PyTorch's flip copies; it is not a view)."""
+        if dims is not None and args:
+            raise TypeError("flip: give the dims once, as arguments or as dims=")
+        dims = (dims if isinstance(dims, (tuple, list)) else (dims,)) if dims is not None else args
         dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
         axes = normalize_dims(dims, self.ndim, "flip")
         return self[tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(self.ndim))].clone()
@@ -1421,6 +1425,12 @@ class Tensor(Node):
     def abs(self) -> Tensor:
         return Abs.apply(self)
 
+    def clamp_min(self, min: float) -> Tensor:  # noqa: A002
+        return self.clamp(min=min)
+
+    def clamp_max(self, max: float) -> Tensor:  # noqa: A002
+        return self.clamp(max=max)
+
     def clamp(self, min: float | None = None, max: float | None = None) -> Tensor:  # noqa: A002  (PyTorch's names)
         if min is None and max is None:
             raise ValueError("clamp: give min, max or both")
@@ -1504,6 +1514,93 @@ class Tensor(Node):
                                f"{self.shape}); use transpose(dim0, dim1) or permute")
         return Permute.apply(self, dims=tuple(range(self.ndim))[::-1])
 
+    def swapaxes(self, axis0: int, axis1: int) -> Tensor:
+        """transpose(axis0, axis1), as PyTorch's (also spelled swapdims)."""
+        return self.transpose(axis0, axis1)
+
+    swapdims = swapaxes
+
+    @property
+    def mT(self) -> Tensor:  # noqa: N802  (PyTorch's name)
+        """The last two dims swapped (a batch of matrices transposed)."""
+        if self.ndim < 2:
+            raise RuntimeError(f"mT: needs a tensor of at least 2 dims, got shape {self.shape}")
+        return self.transpose(-2, -1)
+
+    def movedim(self, source: Any, destination: Any) -> Tensor:
+        """The dims `source` moved to positions `destination` (ints or sequences of ints), the others in order."""
+        src = tuple(source) if isinstance(source, (tuple, list)) else (source,)
+        dst = tuple(destination) if isinstance(destination, (tuple, list)) else (destination,)
+        if len(src) != len(dst):
+            raise RuntimeError(f"movedim: source {src} and destination {dst} must have the same number of dims")
+        src = tuple(normalize_dim(d, self.ndim, "movedim") for d in src)
+        dst = tuple(normalize_dim(d, self.ndim, "movedim") for d in dst)
+        if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+            raise RuntimeError(f"movedim: repeated dim in source {source} or destination {destination}")
+        order = [d for d in range(self.ndim) if d not in src]
+        for d, s in sorted(zip(dst, src)):
+            order.insert(d, s)
+        return self.permute(tuple(order))
+
+    def narrow(self, dim: int, start: int, length: int) -> Tensor:
+        """The view of `length` entries from `start` along `dim` (start may be negative, as PyTorch's)."""
+        axis = normalize_dim(dim, self.ndim, "narrow")
+        size = self.shape[axis]
+        for name, n in (("start", start), ("length", length)):
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+                raise TypeError(f"narrow: {name} must be an int, got {n!r}")
+        begin = start + size if -size <= start < 0 else start
+        if not 0 <= begin <= size or length < 0 or begin + length > size:
+            raise IndexError(f"narrow: start {start} and length {length} are out of range for dim {dim} of size "
+                             f"{size}")
+        return self[(slice(None),) * axis + (slice(begin, begin + length),)]
+
+    def select(self, dim: int, index: int) -> Tensor:
+        """The view at `index` along `dim`, that dim removed."""
+        axis = normalize_dim(dim, self.ndim, "select")
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"select: index must be an int, got {index!r}")
+        if not -self.shape[axis] <= index < self.shape[axis]:
+            raise IndexError(f"select: index {index} is out of range for dim {dim} of size {self.shape[axis]}")
+        return self[(slice(None),) * axis + (int(index),)]
+
+    def index_select(self, dim: int, index: Any) -> Tensor:
+        """The entries at the 1-D integer `index` along `dim`, in its order (repeats allowed)."""
+        axis = normalize_dim(dim, self.ndim, "index_select")
+        idx = np.asarray(index._data if isinstance(index, Tensor) else index)
+        if idx.ndim > 1 or (idx.size and idx.dtype.kind not in "iu"):
+            raise TypeError(f"index_select: index must be a 1-D integer tensor, got shape {idx.shape} and dtype "
+                            f"{idx.dtype}")
+        return self[(slice(None),) * axis + (Tensor(idx.reshape(-1).astype(np.int64)),)]
+
+    def _new(self, make: Any, dtype: Any) -> Tensor:
+        return Tensor(make(np.dtype(self.dtype if dtype is None else tensor_dtype(dtype, "new_*"))))
+
+    def new_zeros(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        """Zeros of `size`, of this tensor's dtype unless given, as PyTorch's."""
+        check_device(device, "new_zeros")
+        return self._new(lambda d: np.zeros(_size_tuple(size, "new_zeros"), d), dtype).requires_grad_(requires_grad)
+
+    def new_ones(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        check_device(device, "new_ones")
+        return self._new(lambda d: np.ones(_size_tuple(size, "new_ones"), d), dtype).requires_grad_(requires_grad)
+
+    def new_empty(self, *size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        check_device(device, "new_empty")
+        return self._new(lambda d: np.empty(_size_tuple(size, "new_empty"), d), dtype).requires_grad_(requires_grad)
+
+    def new_full(self, size: Any, fill_value: Any, *, dtype: Any = None, device: Any = None,
+                 requires_grad: bool = False) -> Tensor:
+        check_device(device, "new_full")
+        return self._new(lambda d: np.full(_size_tuple((size,), "new_full"), fill_value, d),
+                         dtype).requires_grad_(requires_grad)
+
+    def new_tensor(self, data: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+        """A copy of `data` as a new leaf, of this tensor's dtype unless given."""
+        check_device(device, "new_tensor")
+        data = data._data if isinstance(data, Tensor) else data
+        return self._new(lambda d: np.array(data, dtype=d), dtype).requires_grad_(requires_grad)
+
     @property
     def T(self) -> Tensor:
         if self.ndim != 2:
@@ -1549,13 +1646,22 @@ class Tensor(Node):
         return Where.apply(cond, Tensor(np.asarray(value, dtype=self.dtype)), self)
 
     # --- softmax along a dim (the fused rules in ops.py) ----------------------------------------------
-    def softmax(self, dim: int = -1) -> Tensor:
-        """exp(x) / sum(exp(x)) along `dim`, as torch's x.softmax(dim)."""
-        return softmax(self, dim)
+    def softmax(self, dim: int = -1, dtype: Any = None) -> Tensor:
+        """exp(x) / sum(exp(x)) along `dim`, as torch's x.softmax(dim); `dtype` casts x first."""
+        return softmax(self, dim, dtype=dtype)
 
-    def log_softmax(self, dim: int = -1) -> Tensor:
-        """x - logsumexp(x) along `dim`, as torch's x.log_softmax(dim)."""
-        return log_softmax(self, dim)
+    def log_softmax(self, dim: int = -1, dtype: Any = None) -> Tensor:
+        """x - logsumexp(x) along `dim`, as torch's x.log_softmax(dim); `dtype` casts x first."""
+        return log_softmax(self, dim, dtype=dtype)
+
+
+def _size_tuple(size: tuple, op: str) -> tuple[int, ...]:
+    """A size given as ints or as one sequence of ints, checked."""
+    size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
+    for n in size:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ValueError(f"{op}: sizes must be non-negative ints, got {size}")
+    return tuple(int(n) for n in size)
 
 
 def cat(tensors: list[Tensor], dim: int = 0) -> Tensor:

@@ -13,8 +13,9 @@ import numpy as np
 
 from . import amp, dtypes
 from .checks import check_tensor
+from .engine import tensor_dtype
 from .ops import Einsum
-from .tensor import Tensor, maximum, minimum
+from .tensor import Tensor, maximum, minimum, where
 
 
 def _method(name: str) -> Any:
@@ -130,6 +131,76 @@ logcumsumexp = _method("logcumsumexp")
 fmod = _method("fmod")
 copysign = _method("copysign")
 diagonal = _method("diagonal")
+swapaxes = _method("swapaxes")
+swapdims = _method("swapdims")
+movedim = _method("movedim")
+narrow = _method("narrow")
+select = _method("select")
+index_select = _method("index_select")
+clamp_min = _method("clamp_min")
+clamp_max = _method("clamp_max")
+
+
+def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta: float = 1, alpha: float = 1) -> Tensor:  # noqa: A002
+    """beta * input + alpha * (batch1 @ batch2) on (B, n, k) @ (B, k, m); beta=0 ignores input (NaN too)."""
+    return _add_product("baddbmm", 3, input, batch1, batch2, beta, alpha)
+
+
+def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: float = 1, alpha: float = 1) -> Tensor:  # noqa: A002
+    """beta * input + alpha * (mat1 @ mat2) on (n, k) @ (k, m); beta=0 ignores input (NaN too)."""
+    return _add_product("addmm", 2, input, mat1, mat2, beta, alpha)
+
+
+def _add_product(op: str, ndim: int, input: Tensor, a: Tensor, b: Tensor, beta: Any, alpha: Any) -> Tensor:  # noqa: A002
+    check_tensor(input, op)
+    names = ("batch1", "batch2") if ndim == 3 else ("mat1", "mat2")
+    for name, t in zip(names, (a, b)):
+        if check_tensor(t, op, name).ndim != ndim:
+            raise RuntimeError(f"{op}: {name} must be {ndim}-D, got shape {t.shape}")
+    product = a @ b
+    product = product if alpha == 1 else product * alpha
+    if beta == 0:  # PyTorch ignores input's values then (nan and inf do not propagate); its gradient is 0
+        return product + where(np.zeros(input.shape, bool), input, 0.0)
+    return product + (input if beta == 1 else input * beta)
+
+
+def dot(input: Tensor, tensor: Tensor) -> Tensor:  # noqa: A002
+    """The sum of products of two 1-D tensors of one length."""
+    a, b = check_tensor(input, "dot"), check_tensor(tensor, "dot", "tensor")
+    if a.ndim != 1 or b.ndim != 1 or a.shape != b.shape:
+        raise RuntimeError(f"dot: expects two 1-D tensors of the same length, got shapes {a.shape} and {b.shape}")
+    return (a * b).sum()
+
+
+def tile(input: Tensor, dims: Any) -> Tensor:  # noqa: A002
+    """input repeated `dims` times along each dim; fewer dims than input's are padded with 1s in front."""
+    x = check_tensor(input, "tile")
+    dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+    return x.repeat(*((1,) * (x.ndim - len(dims)) + dims))
+
+
+def count_nonzero(input: Tensor, dim: Any = None) -> Tensor:  # noqa: A002
+    """How many entries are not zero, in all (dim None) or along `dim` (int64)."""
+    return (check_tensor(input, "count_nonzero") != 0).sum(dim)
+
+
+def take_along_dim(input: Tensor, indices: Tensor, dim: int | None = None) -> Tensor:  # noqa: A002
+    """input's entries at `indices` along `dim` (of the flattened input when dim is None), the other dims
+    broadcast between the two, as torch.take_along_dim."""
+    x, idx = check_tensor(input, "take_along_dim"), check_tensor(indices, "take_along_dim", "indices")
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"take_along_dim: indices must be integers, got dtype {idx.dtype}")
+    if dim is None:
+        return x.reshape(-1).gather(0, idx.reshape(-1))
+    if x.ndim != idx.ndim:
+        raise RuntimeError(f"take_along_dim: input and indices must have the same number of dims, got shapes "
+                           f"{x.shape} and {idx.shape}")
+    axis = dim % x.ndim if -x.ndim <= dim < x.ndim else dim
+    shape = np.broadcast_shapes(tuple(1 if i == axis else n for i, n in enumerate(x.shape)),
+                                tuple(1 if i == axis else n for i, n in enumerate(idx.shape)))
+    x = x.expand(tuple(x.shape[i] if i == axis else n for i, n in enumerate(shape)))
+    idx = idx.expand(tuple(idx.shape[i] if i == axis else n for i, n in enumerate(shape)))
+    return x.gather(axis, idx)
 
 
 def std_mean(input: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *,  # noqa: A002
@@ -252,6 +323,37 @@ def allclose(input: Tensor, other: Tensor, rtol: float = 1e-5, atol: float = 1e-
 def equal(input: Tensor, other: Tensor) -> bool:  # noqa: A002
     a, b = check_tensor(input, "equal")._data, check_tensor(other, "equal", "other")._data
     return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
+class finfo:  # noqa: N801  (PyTorch's name)
+    """A floating dtype's limits, as torch.finfo: bits, eps, max, min, tiny (smallest_normal), resolution."""
+
+    def __init__(self, type: Any = None):  # noqa: A002
+        dtype = dtypes.DEFAULT_FLOAT if type is None else np.dtype(tensor_dtype(type, "finfo"))
+        if dtype.kind != "f":
+            raise TypeError(f"finfo: {dtype} is not a floating dtype; use iinfo for integers")
+        info = np.finfo(dtype)
+        self.dtype, self.bits, self.eps = str(dtype), int(info.bits), float(info.eps)
+        self.max, self.min, self.resolution = float(info.max), float(info.min), 10.0 ** -int(info.precision)
+        self.tiny = self.smallest_normal = float(info.smallest_normal)
+
+    def __repr__(self) -> str:
+        return (f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, eps={self.eps}, "
+                f"dtype={self.dtype})")
+
+
+class iinfo:  # noqa: N801
+    """An integer dtype's limits, as torch.iinfo: bits, max, min."""
+
+    def __init__(self, type: Any):  # noqa: A002
+        dtype = np.dtype(tensor_dtype(type, "iinfo"))
+        if dtype.kind not in "iu":
+            raise TypeError(f"iinfo: {dtype} is not an integer dtype; use finfo for floats")
+        info = np.iinfo(dtype)
+        self.dtype, self.bits, self.max, self.min = str(dtype), int(info.bits), int(info.max), int(info.min)
+
+    def __repr__(self) -> str:
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"
 
 
 def get_default_dtype() -> np.dtype:

@@ -27,12 +27,14 @@ from .layers import (
     GELU,
     Dropout,
     Embedding,
+    Flatten,
     LayerNorm,
     LearnedPositionalEncoding,
     Linear,
     PositionalEncoding,
     ReLU,
     RMSNorm,
+    Unflatten,
     sinusoidal_table,
 )
 from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss
@@ -81,6 +83,7 @@ __all__ = [
     "Dropout",
     "EncoderBlock",
     "Embedding",
+    "Flatten",
     "FeedForward",
     "LayerNorm",
     "RMSNorm",
@@ -106,5 +109,6 @@ __all__ = [
     "TransformerDecoderLayer",
     "TransformerEncoder",
     "TransformerEncoderLayer",
+    "Unflatten",
     "sinusoidal_table",
 ]

@@ -6,7 +6,9 @@ dropout, attention, the fused cross-entropy) and tinygrad_attn.losses (the losse
 
 from ..activations import (
     celu,
+    cosine_similarity,
     elu,
+    glu,
     hardsigmoid,
     hardswish,
     hardtanh,
@@ -60,7 +62,8 @@ def linear(input, weight, bias=None):  # noqa: A002
     return out if bias is None else out + bias
 
 
-__all__ = ["celu", "elu", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "logsigmoid", "mish", "normalize",
+__all__ = ["celu", "cosine_similarity", "elu", "glu",
+           "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", "logsigmoid", "mish", "normalize",
            "relu6", "selu", "silu", "softplus", "softsign", "tanhshrink", "binary_cross_entropy",
            "binary_cross_entropy_with_logits", "cross_entropy", "dropout", "embedding", "gelu", "kl_div", "l1_loss",
            "layer_norm", "linear", "log_softmax", "mse_loss", "nll_loss", "one_hot", "packed_self_attention", "pad",

@@ -96,6 +96,16 @@ def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonli
     return uniform_(tensor, -bound, bound)
 
 
+def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu") -> Tensor:
+    """N(0, std^2) with std = gain / sqrt(fan), as PyTorch's."""
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f'init.kaiming_normal_: mode must be "fan_in" or "fan_out", got {mode!r}')
+    fan_in, fan_out = _fans(tensor, "kaiming_normal_")
+    fan = fan_in if mode == "fan_in" else fan_out
+    gain = calculate_gain(nonlinearity, check_number(a, "a", "init.kaiming_normal_"))
+    return normal_(tensor, 0.0, gain / math.sqrt(fan) if fan else 0.0)
+
+
 def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0) -> Tensor:
     """N(mean, std) restricted to [a, b] (absolute bounds, as PyTorch), drawn by resampling what falls outside.
 
@@ -118,8 +128,8 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
 
 
 __all__ = ["constant", "kaiming_uniform", "normal", "uniform", "xavier_normal", "xavier_uniform", "calculate_gain",
-           "constant_", "kaiming_uniform_", "normal_", "ones_", "trunc_normal_", "uniform_", "xavier_normal_",
-           "xavier_uniform_", "zeros_"]
+           "constant_", "kaiming_normal_", "kaiming_uniform_", "normal_", "ones_", "trunc_normal_", "uniform_",
+           "xavier_normal_", "xavier_uniform_", "zeros_"]
 
 
 def _deprecated(function: Any, name: str) -> Any:

@@ -141,8 +141,38 @@ class Dropout(Module):
 
 
 class GELU(Module):
+    """F.gelu as a module; approximate="tanh" is PyTorch's tanh form (GPT-2's)."""
+
+    def __init__(self, approximate: str = "none"):
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f'GELU: approximate must be "none" or "tanh", got {approximate!r}')
+        self.approximate = approximate
+
     def forward(self, x: Tensor) -> Tensor:
-        return F.gelu(x)
+        return F.gelu(x, self.approximate)
+
+    def extra_repr(self) -> str:
+        return "" if self.approximate == "none" else f"approximate={self.approximate!r}"
+
+
+class Flatten(Module):
+    """Dims start_dim..end_dim merged into one (by default all but the batch dim), as PyTorch's nn.Flatten."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.flatten(self.start_dim, self.end_dim)
+
+
+class Unflatten(Module):
+    """Dim `dim` split into `unflattened_size`, as PyTorch's nn.Unflatten."""
+
+    def __init__(self, dim: int, unflattened_size: Any):
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.unflatten(self.dim, self.unflattened_size)
 
 
 class ReLU(Module):
