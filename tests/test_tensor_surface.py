@@ -280,3 +280,51 @@ def test_new_factories_views_limits_and_modules_match_pytorch():
     ta.manual_seed(0)
     w = ta.nn.init.kaiming_normal_(ta.nn.Parameter(np.zeros((400, 300))), mode="fan_out", nonlinearity="relu")
     assert abs(float(w.detach().numpy().std()) - np.sqrt(2 / 400)) < 0.01 * np.sqrt(2 / 400) * 10
+
+
+def test_generators_are_streams_of_their_own():
+    g = ta.Generator().manual_seed(2147483647)
+    assert isinstance(g.manual_seed(2147483647), ta.Generator) and g.initial_seed() == 2147483647
+    ta.manual_seed(0)
+    expected_default = ta.rand(4).numpy()
+    def draws():
+        return [ta.randn((3, 2), generator=g), ta.rand(2, generator=g), ta.randint(0, 9, (4,), generator=g),
+                ta.randperm(5, generator=g), ta.multinomial(ta.tensor([0.3, 0.7]), 4, True, generator=g),
+                ta.empty(2, 2).normal_(generator=g), ta.empty(3).uniform_(-1, 1, generator=g),
+                ta.nn.init.xavier_uniform_(ta.empty(3, 3), generator=g),
+                ta.nn.init.trunc_normal_(ta.empty(4), generator=g)]
+
+    ta.manual_seed(0)
+    first = draws()
+    np.testing.assert_array_equal(ta.rand(4).numpy(), expected_default)  # the default stream never moved
+    g.manual_seed(2147483647)
+    again = draws()
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    state = g.get_state()
+    draw = ta.rand(3, generator=g).numpy()
+    g.set_state(state)
+    np.testing.assert_array_equal(ta.rand(3, generator=g).numpy(), draw)
+    def order():
+        return list(ta.utils.data.DataLoader(list(range(6)), shuffle=True, generator=ta.Generator().manual_seed(1)))
+    assert order() == order()
+    assert ta.manual_seed(5) is ta.default_generator and ta.initial_seed() == 5
+    with pytest.raises(TypeError, match="generator must be"):
+        ta.randn(2, generator=3.5)
+    with pytest.raises(ValueError, match="not a state from get_state"):
+        g.set_state(np.zeros(3, np.uint8))
+
+
+@pytest.mark.torch_parity
+def test_generator_programs_run_as_in_pytorch():
+    """makemore's way of drawing (a Generator seeded once, passed to every draw): the same shapes and dtypes,
+    and the same interface; the numbers differ by design (numpy's PCG64, not PyTorch's Mersenne Twister)."""
+    torch = pytest.importorskip("torch")
+    for lib in (ta, torch):
+        g = lib.Generator().manual_seed(2147483647)
+        C = lib.randn((27, 10), generator=g)
+        ix = lib.randint(0, 27, (32,), generator=g)
+        p = lib.multinomial(lib.softmax(C[ix][:, :5], dim=1), num_samples=1, replacement=True, generator=g)
+        assert tuple(p.shape) == (32, 1) and str(p.dtype).endswith("int64") and str(C.dtype).endswith("float32")
+        assert isinstance(lib.manual_seed(1), lib.Generator) and lib.initial_seed() == 1
+        assert lib.default_generator.initial_seed() == 1

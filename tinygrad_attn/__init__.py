@@ -90,7 +90,7 @@ from .functional import sdpa_kernel
 from .kernels.parallel import get_num_threads, set_num_threads
 from .masks import causal_mask, padding_mask
 from .ops import return_types
-from .rng import manual_seed, seed
+from .rng import Generator, default_generator, initial_seed, manual_seed, seed
 from .serialization import load, save
 from .tensor import Tensor, cat, maximum, minimum, stack, where
 from .tensor_functions import (
@@ -240,7 +240,6 @@ __version__ = "0.1.0"
 # Names PyTorch programs meet that are not here, with what to use instead.
 _INSTEAD = {
     "jit": "call the model directly",
-    "Generator": "ta.manual_seed(seed), or a numpy Generator passed as generator=",
     "set_default_dtype": "dtype= on each factory (the default float is float32)",
     "autocast": "ta.amp.autocast (float32: there is no mixed precision here)",
     "load_state_dict_from_url": "ta.load on a local .npz or .safetensors file",
@@ -257,7 +256,8 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"torch.{name} is not supported here (tinygrad_attn.{name} does not exist); use {instead}")
 
 
-__all__ = ["amp", "compile", "addmm", "baddbmm", "clamp_max", "clamp_min", "count_nonzero", "dot", "finfo", "iinfo",
+__all__ = ["Generator", "default_generator", "initial_seed",
+           "amp", "compile", "addmm", "baddbmm", "clamp_max", "clamp_min", "count_nonzero", "dot", "finfo", "iinfo",
            "index_select", "movedim", "narrow", "select", "swapaxes", "swapdims", "take_along_dim", "tile",
            "distributed", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cosh", "erf",
            "exp2", "expm1", "flip", "floor", "gather", "isclose", "isfinite", "isinf", "isnan", "lerp", "log10",

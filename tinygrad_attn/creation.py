@@ -92,14 +92,16 @@ def arange(start: float, end: float | None = None, step: float = 1, dtype: Any =
     return Tensor(values.astype(_dtype(dtype, np.int64 if ints else _DEFAULT)), requires_grad=requires_grad)
 
 
-def randn(*size: Any, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+def randn(*size: Any, generator: Any = None, dtype: Any = None, requires_grad: bool = False,
+          device: Any = None) -> Tensor:
     check_device(device, "randn")
-    return _make(rng.generator().standard_normal(_shape(size, "randn")), dtype, requires_grad)
+    return _make(rng.generator(generator).standard_normal(_shape(size, "randn")), dtype, requires_grad)
 
 
-def rand(*size: Any, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
+def rand(*size: Any, generator: Any = None, dtype: Any = None, requires_grad: bool = False,
+         device: Any = None) -> Tensor:
     check_device(device, "rand")
-    return _make(rng.generator().random(_shape(size, "rand")), dtype, requires_grad)
+    return _make(rng.generator(generator).random(_shape(size, "rand")), dtype, requires_grad)
 
 
 def tril(t: Tensor, diagonal: int = 0) -> Tensor:
@@ -117,8 +119,8 @@ def topk(t: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
     return check_tensor(t, "topk").topk(k, dim, largest, sorted)
 
 
-def randint(low: int, high: int | None = None, size: Any = None, dtype: Any = None, requires_grad: bool = False,
-            device: Any = None) -> Tensor:
+def randint(low: int, high: int | None = None, size: Any = None, *, generator: Any = None, dtype: Any = None,
+            requires_grad: bool = False, device: Any = None) -> Tensor:
     """Integers in [low, high) (or [0, low) when high is omitted), int64, from the framework's generator."""
     check_device(device, "randint")
     if isinstance(high, (tuple, list)) and size is None:  # randint(high, size), as PyTorch takes it
@@ -133,16 +135,16 @@ def randint(low: int, high: int | None = None, size: Any = None, dtype: Any = No
     if high <= low:
         raise ValueError(f"randint: high ({high}) must be larger than low ({low})")
     shape = _shape(size if isinstance(size, (tuple, list)) else (size,), "randint")
-    values = rng.generator().integers(low, high, shape).astype(_dtype(dtype, np.int64))
+    values = rng.generator(generator).integers(low, high, shape).astype(_dtype(dtype, np.int64))
     return Tensor(values, requires_grad=requires_grad)
 
 
-def randperm(n: int, dtype: Any = None, device: Any = None) -> Tensor:
+def randperm(n: int, *, generator: Any = None, dtype: Any = None, device: Any = None) -> Tensor:
     """A random permutation of 0 .. n-1, int64."""
     check_device(device, "randperm")
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ValueError(f"randperm: n must be a non-negative int, got {n!r}")
-    return Tensor(rng.generator().permutation(int(n)).astype(_dtype(dtype, np.int64)))
+    return Tensor(rng.generator(generator).permutation(int(n)).astype(_dtype(dtype, np.int64)))
 
 
 def empty(*size: Any, dtype: Any = None, requires_grad: bool = False, device: Any = None) -> Tensor:
@@ -203,7 +205,7 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     return tensor(data, dtype=dtype)
 
 
-def multinomial(probs: Any, num_samples: int, replacement: bool = False) -> Tensor:
+def multinomial(probs: Any, num_samples: int, replacement: bool = False, *, generator: Any = None) -> Tensor:
     """Indices drawn from the rows of `probs` (1-D or 2-D non-negative weights, not necessarily summing to 1),
     from the framework's generator; int64, shape (num_samples,) or (rows, num_samples)."""
     p = np.asarray(probs._data if isinstance(probs, Tensor) else probs, dtype=np.float64)
@@ -220,8 +222,8 @@ def multinomial(probs: Any, num_samples: int, replacement: bool = False) -> Tens
     if not replacement and num_samples > int((rows > 0).sum(-1).min()):
         raise ValueError(f"multinomial: cannot draw {num_samples} samples without replacement from "
                          f"{int((rows > 0).sum(-1).min())} categories of non-zero probability")
-    generator = rng.generator()
-    out = np.stack([generator.choice(len(row), num_samples, replace=replacement, p=row / row.sum()) for row in rows])
+    draw = rng.generator(generator)
+    out = np.stack([draw.choice(len(row), num_samples, replace=replacement, p=row / row.sum()) for row in rows])
     return Tensor(out.reshape(p.shape[:-1] + (num_samples,)).astype(np.int64))
 
 

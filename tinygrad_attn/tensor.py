@@ -1259,12 +1259,12 @@ class Tensor(Node):
     def index_fill_(self, dim: int, index: Any, value: Any) -> Tensor:
         return self._in_place("index_fill_", lambda t: t.index_fill(dim, index, value))
 
-    def normal_(self, mean: float = 0.0, std: float = 1.0) -> Tensor:
-        draw = rng.generator().normal(mean, std, self.shape)
+    def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Tensor:
+        draw = rng.generator(generator).normal(mean, std, self.shape)
         return self._in_place("normal_", lambda t: Tensor._result(draw.astype(self.dtype), None))
 
-    def uniform_(self, a: float = 0.0, b: float = 1.0) -> Tensor:
-        draw = rng.generator().uniform(a, b, self.shape)
+    def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator: Any = None) -> Tensor:
+        draw = rng.generator(generator).uniform(a, b, self.shape)
         return self._in_place("uniform_", lambda t: Tensor._result(draw.astype(self.dtype), None))
 
     # --- dtypes and devices ---------------------------------------------------------

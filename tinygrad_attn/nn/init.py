@@ -53,14 +53,14 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
     return _GAINS[nonlinearity]
 
 
-def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
+def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: Any = None) -> Tensor:
     a, b = check_number(a, "a", "init.uniform_"), check_number(b, "b", "init.uniform_")
-    return _fill(tensor, rng.generator().uniform(a, b, _checked(tensor, "uniform_").shape), "uniform_")
+    return _fill(tensor, rng.generator(generator).uniform(a, b, _checked(tensor, "uniform_").shape), "uniform_")
 
 
-def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
+def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: Any = None) -> Tensor:
     mean, std = check_number(mean, "mean", "init.normal_"), check_number(std, "std", "init.normal_", 0.0)
-    return _fill(tensor, rng.generator().normal(mean, std, _checked(tensor, "normal_").shape), "normal_")
+    return _fill(tensor, rng.generator(generator).normal(mean, std, _checked(tensor, "normal_").shape), "normal_")
 
 
 def constant_(tensor: Tensor, val: float) -> Tensor:
@@ -75,38 +75,42 @@ def ones_(tensor: Tensor) -> Tensor:
     return _fill(tensor, 1.0, "ones_")
 
 
-def xavier_uniform_(tensor: Tensor, gain: float = 1.0) -> Tensor:
+def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator: Any = None) -> Tensor:
     fan_in, fan_out = _fans(tensor, "xavier_uniform_")
     bound = check_number(gain, "gain", "init.xavier_uniform_") * math.sqrt(6.0 / (fan_in + fan_out))
-    return uniform_(tensor, -bound, bound)
+    return uniform_(tensor, -bound, bound, generator)
 
 
-def xavier_normal_(tensor: Tensor, gain: float = 1.0) -> Tensor:
+def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator: Any = None) -> Tensor:
     fan_in, fan_out = _fans(tensor, "xavier_normal_")
-    return normal_(tensor, 0.0, check_number(gain, "gain", "init.xavier_normal_") * math.sqrt(2.0 / (fan_in + fan_out)))
+    std = check_number(gain, "gain", "init.xavier_normal_") * math.sqrt(2.0 / (fan_in + fan_out))
+    return normal_(tensor, 0.0, std, generator)
 
 
-def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu") -> Tensor:
+def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
+                     generator: Any = None) -> Tensor:
     if mode not in ("fan_in", "fan_out"):
         raise ValueError(f'init.kaiming_uniform_: mode must be "fan_in" or "fan_out", got {mode!r}')
     fan_in, fan_out = _fans(tensor, "kaiming_uniform_")
     fan = fan_in if mode == "fan_in" else fan_out
     gain = calculate_gain(nonlinearity, check_number(a, "a", "init.kaiming_uniform_"))
     bound = gain * math.sqrt(3.0 / fan) if fan else 0.0
-    return uniform_(tensor, -bound, bound)
+    return uniform_(tensor, -bound, bound, generator)
 
 
-def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu") -> Tensor:
+def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
+                    generator: Any = None) -> Tensor:
     """N(0, std^2) with std = gain / sqrt(fan), as PyTorch's."""
     if mode not in ("fan_in", "fan_out"):
         raise ValueError(f'init.kaiming_normal_: mode must be "fan_in" or "fan_out", got {mode!r}')
     fan_in, fan_out = _fans(tensor, "kaiming_normal_")
     fan = fan_in if mode == "fan_in" else fan_out
     gain = calculate_gain(nonlinearity, check_number(a, "a", "init.kaiming_normal_"))
-    return normal_(tensor, 0.0, gain / math.sqrt(fan) if fan else 0.0)
+    return normal_(tensor, 0.0, gain / math.sqrt(fan) if fan else 0.0, generator)
 
 
-def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0) -> Tensor:
+def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,
+                  generator: Any = None) -> Tensor:
     """N(mean, std) restricted to [a, b] (absolute bounds, as PyTorch), drawn by resampling what falls outside.
 
     Refused when [a, b] holds under 1% of the distribution: resampling would then take too long."""
@@ -118,11 +122,11 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
     if mass < 0.01:
         raise ValueError(f"init.trunc_normal_: [a, b] = [{a}, {b}] holds only {mass:.2g} of N({mean}, {std}^2); "
                          "resampling into it would take too long")
-    generator = rng.generator()
-    values = generator.normal(mean, std, _checked(tensor, "trunc_normal_").shape)
+    draw = rng.generator(generator)
+    values = draw.normal(mean, std, _checked(tensor, "trunc_normal_").shape)
     outside = (values < a) | (values > b)
     while outside.any():
-        values[outside] = generator.normal(mean, std, int(outside.sum()))
+        values[outside] = draw.normal(mean, std, int(outside.sum()))
         outside = (values < a) | (values > b)
     return _fill(tensor, values, "trunc_normal_")
 

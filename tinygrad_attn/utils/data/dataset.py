@@ -86,13 +86,12 @@ def _checked_index(index: Any, length: int, op: str) -> int:
 
 def _generator(generator: Any) -> np.random.Generator:
     """The generator to draw from: the given numpy Generator, a new one from a seed, or the framework's."""
-    if generator is None:
-        return rng.generator()
-    if isinstance(generator, np.random.Generator):
-        return generator
+    if generator is None or isinstance(generator, (np.random.Generator, rng.Generator)):
+        return rng.generator(generator)
     if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
         return np.random.default_rng(int(generator))
-    raise TypeError(f"generator must be a numpy Generator, a seed or None, got {_short(generator)}")
+    raise TypeError(f"generator must be a Generator (torch.Generator), a numpy Generator, a seed or None, got "
+                    f"{_short(generator)}")
 
 
 def random_split(dataset: Any, lengths: Sequence[float], generator: Any = None) -> list[Subset]:
