@@ -260,3 +260,30 @@ def test_sgd_momentum_groups_match_torch():
         topt.step()
     for p, tp in zip(ours, theirs):
         np.testing.assert_allclose(p.detach().numpy(), tp.detach().numpy(), rtol=1e-12)
+
+
+def test_parameter_list_and_dict_name_and_train_their_parameters():
+    class Biases(nn.Module):
+        def __init__(self, lib):
+            super().__init__()
+            self.bs = lib.nn.ParameterList([lib.nn.Parameter(lib.ones(2) * i) for i in range(3)])
+            self.bs.append(lib.nn.Parameter(lib.zeros(2)))
+            self.d = lib.nn.ParameterDict({"scale": lib.nn.Parameter(lib.ones(1) * 2)})
+
+        def forward(self, x):
+            return (x + self.bs[1] + self.bs[-1]) * self.d["scale"] + sum(b.sum() for b in self.bs)
+
+    Biases.__bases__ = (ta.nn.Module,)
+    model = Biases(ta)
+    assert [n for n, _ in model.named_parameters()] == ["bs.0", "bs.1", "bs.2", "bs.3", "d.scale"]
+    assert len(model.bs) == 4 and "scale" in model.d and list(model.d.keys()) == ["scale"]
+    model(ta.ones(2)).sum().backward()
+    np.testing.assert_allclose(model.d["scale"].grad.numpy(), [2 * (1 + 1 + 0)])
+    np.testing.assert_allclose(model.bs[1].grad.numpy(), [4.0, 4.0])  # 2 (scale) + 2 (the sum, added to both outputs)
+    with pytest.raises(TypeError, match="must be a Parameter or a tensor"):
+        model.bs.append(3.0)
+    model.load_state_dict({k: v.numpy() + 1 for k, v in model.state_dict().items()})
+    np.testing.assert_allclose(model.d["scale"].detach().numpy(), [3.0])
+    torch = pytest.importorskip("torch")
+    Biases.__bases__ = (torch.nn.Module,)
+    assert [n for n, _ in Biases(torch).named_parameters()] == ["bs.0", "bs.1", "bs.2", "bs.3", "d.scale"]

@@ -38,7 +38,7 @@ from .layers import (
     sinusoidal_table,
 )
 from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss
-from .module import Module, ModuleDict, ModuleList, Parameter, Sequential
+from .module import Module, ModuleDict, ModuleList, Parameter, ParameterDict, ParameterList, Sequential
 from .rotary import RotaryEmbedding
 from .torch_transformer import (
     Transformer,
@@ -100,6 +100,8 @@ __all__ = [
     "MultiHeadAttention",
     "MultiheadAttention",
     "Parameter",
+    "ParameterDict",
+    "ParameterList",
     "PositionalEncoding",
     "ReLU",
     "Seq2SeqTransformer",

@@ -439,3 +439,80 @@ class ModuleDict(Module):
 
     def items(self) -> list[tuple[str, Module]]:
         return list(self.named_children())
+
+
+def _as_parameter(value: Any, op: str, where: str) -> Parameter:
+    """A Parameter as it is; a tensor or array made a Parameter (as PyTorch's ParameterList wraps tensors)."""
+    if isinstance(value, Parameter):
+        return value
+    if isinstance(value, (Tensor, np.ndarray)):
+        return Parameter(value._data if isinstance(value, Tensor) else value)
+    raise TypeError(f"{op}: {where} must be a Parameter or a tensor, got {type(value).__name__}")
+
+
+class ParameterList(Module):
+    """A list of parameters named by position (`biases.0`), as PyTorch's nn.ParameterList."""
+
+    def __init__(self, values: Any = None):
+        for value in values or ():
+            self.append(value)
+
+    def _items(self) -> list[Parameter]:
+        return [v for v in vars(self).values() if isinstance(v, Parameter)]
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __getitem__(self, i: int) -> Parameter:
+        return getattr(self, str(range(len(self))[i]))
+
+    def __setitem__(self, i: int, value: Any) -> None:
+        setattr(self, str(range(len(self))[i]), _as_parameter(value, "ParameterList", f"item {i}"))
+
+    def __iter__(self) -> Iterator[Parameter]:
+        return iter(self._items())
+
+    def append(self, value: Any) -> ParameterList:
+        setattr(self, str(len(self)), _as_parameter(value, "ParameterList.append", "the value"))
+        return self
+
+    def extend(self, values: Any) -> ParameterList:
+        for value in values:
+            self.append(value)
+        return self
+
+
+class ParameterDict(Module):
+    """Parameters under string keys (`scales.head`), insertion order kept, as PyTorch's nn.ParameterDict."""
+
+    def __init__(self, parameters: Any = None):
+        for key, value in dict(parameters or {}).items():
+            self[key] = value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise KeyError(f"ParameterDict: keys must be identifiers, got {key!r}")
+        setattr(self, key, _as_parameter(value, "ParameterDict", repr(key)))
+
+    def __getitem__(self, key: str) -> Parameter:
+        if key not in self:
+            raise KeyError(f"ParameterDict: no parameter {key!r}; keys are {self.keys()}")
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def keys(self) -> list[str]:
+        return [k for k, v in vars(self).items() if isinstance(v, Parameter)]
+
+    def values(self) -> list[Parameter]:
+        return [getattr(self, k) for k in self.keys()]
+
+    def items(self) -> list[tuple[str, Parameter]]:
+        return [(k, getattr(self, k)) for k in self.keys()]
