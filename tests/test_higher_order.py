@@ -513,3 +513,27 @@ def test_split_chunk_index_fill_and_the_decoder_layer_are_twice_differentiable(d
     memory = leaf(np.random.default_rng(rows).normal(size=(1, 3, 4)))
     target = leaf(np.random.default_rng(cols).normal(size=(1, 2, 4)))
     assert ta.gradgradcheck(lambda t, m: layer(t, m), [target, memory], atol=1e-4, max_elements=12)
+
+
+@few
+@given(data=st.data(), rows=st.integers(1, 3), cols=st.integers(1, 4))
+def test_the_pytorch_spellings_are_twice_differentiable(data, rows, cols):
+    """The views and composites ported programs reach for (movedim, narrow, select, index_select,
+    take_along_dim, tile, addmm, baddbmm, dot, glu, cosine_similarity, clamp_min, mT), on strided inputs."""
+    x = leaf(data.draw(arrays((rows, cols))))
+    idx = ta.tensor(np.arange(cols)[::-1].copy())
+    cases = [
+        lambda t: t.movedim(0, 1) * t.mT + t.swapaxes(0, 1),
+        lambda t: t.narrow(1, cols - 1, 1) * t.select(0, -1),
+        lambda t: t.index_select(1, idx) * t,
+        lambda t: ta.take_along_dim(t, ta.tensor(np.zeros((rows, 1), np.int64)), 1) * t,
+        lambda t: ta.tile(t, (2,)) * ta.tile(t, (2,)),
+        lambda t: ta.addmm(t, t, t.mT @ t, beta=0.5, alpha=2.0),
+        lambda t: ta.baddbmm(t[None], t[None], (t.mT @ t)[None], beta=0.0),
+        lambda t: ta.dot(t[0], t[-1]) * t,
+        lambda t: ta.nn.functional.cosine_similarity(t, t * t + 1, dim=-1),
+        lambda t: t.clamp_min(0.3) * t.clamp_max(-0.3),
+        lambda t: ta.nn.functional.glu(ta.cat([t, t * t], 1), dim=1),
+    ]
+    for fn in cases:
+        assert ta.gradgradcheck(fn, [x], atol=1e-4, max_elements=12)
