@@ -98,7 +98,7 @@ RANDOM = {  # name -> f(library): shape, dtype and range compared (the draws the
     "multinomial": lambda m: m.multinomial(m.tensor([0.2, 0.8]), 3, replacement=True),
 }
 CHECKED_ELSEWHERE = {  # test files that compare these with PyTorch themselves
-    "test_tensor_surface.py": ["finfo", "iinfo", "Generator", "default_generator", "initial_seed"],
+    "test_tensor_surface.py": ["finfo", "iinfo", "Generator", "default_generator", "initial_seed", "autocast"],
     "test_ops_breadth.py": ["einsum", "diagonal", "meshgrid", "std_mean", "var_mean"],
     "test_serialization.py": ["save", "load"],
     "test_attention_core.py": ["set_num_threads", "get_num_threads"],

@@ -96,6 +96,9 @@ def test_clip_grad_norm():
     assert optim.clip_grad_norm_([a, b], 1.0) == pytest.approx(5.0)
     np.testing.assert_allclose(np.concatenate([a.grad.numpy(), b.grad.numpy()]), [0.6, 0, 0.8], rtol=1e-5)
     assert optim.clip_grad_norm_([a, b], 10.0) == pytest.approx(1.0, rel=1e-5)  # under the limit: untouched
+    a.grad = ta.Tensor(np.array([np.inf, 0.0], a.dtype))
+    with pytest.raises(RuntimeError, match="total norm of the gradients is inf"):
+        optim.clip_grad_norm_([a], 1.0, error_if_nonfinite=True)
 
 
 def test_schedules():

@@ -237,7 +237,8 @@ def test_tied_model_trains_like_pytorch():
         topt.step()
         tsched.step()
         assert math.isclose(float(loss), tloss.item(), rel_tol=1e-5)
-        assert math.isclose(norm, float(tnorm), rel_tol=1e-5)
+        assert math.isclose(norm.item(), float(tnorm), rel_tol=1e-5)
+        assert norm.shape == () and str(norm.dtype) == str(tnorm.dtype).split(".")[-1]  # a 0-d tensor, as PyTorch's
     np.testing.assert_allclose(ours.lm_head.weight.detach().numpy(), theirs.lm_head.weight.detach().numpy(), rtol=1e-4,
                                atol=1e-6)
 

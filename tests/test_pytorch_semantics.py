@@ -417,8 +417,15 @@ def test_dataloader_batches_shuffles_reproducibly_and_collates():
     parts = random_split(TensorDataset(xs, ys), [0.7, 0.3], generator=1)
     assert [len(p) for p in parts] == [7, 3]
     assert sorted(int(p[i][1]) for p in parts for i in range(len(p))) == list(range(10))
-    with pytest.raises(ValueError, match="num_workers=2 is not supported"):
-        DataLoader(TensorDataset(xs), num_workers=2)
+    same = [b[0].tolist() for b in DataLoader(TensorDataset(xs), batch_size=3, num_workers=2, persistent_workers=True,
+                                              prefetch_factor=2, pin_memory=True)]
+    assert same == [b[0].tolist() for b in DataLoader(TensorDataset(xs), batch_size=3)]  # workers: the same batches
+    with pytest.raises(ValueError, match="num_workers=2 with an IterableDataset is not supported"):
+        DataLoader(Stream(), num_workers=2)
+    with pytest.raises(ValueError, match="num_workers=1 with a worker_init_fn is not supported"):
+        DataLoader(TensorDataset(xs), num_workers=1, worker_init_fn=print)
+    with pytest.raises(ValueError, match="num_workers must be a non-negative int"):
+        DataLoader(TensorDataset(xs), num_workers=-1)
 
 
 # --- the namespace ----------------------------------------------------------------------------------------------

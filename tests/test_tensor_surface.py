@@ -328,3 +328,5 @@ def test_generator_programs_run_as_in_pytorch():
         assert tuple(p.shape) == (32, 1) and str(p.dtype).endswith("int64") and str(C.dtype).endswith("float32")
         assert isinstance(lib.manual_seed(1), lib.Generator) and lib.initial_seed() == 1
         assert lib.default_generator.initial_seed() == 1
+        with lib.autocast(device_type="cpu", dtype=lib.bfloat16, enabled=False):  # nanoGPT's context, off on a CPU
+            assert str(lib.ones(2).dtype).endswith("float32")

@@ -28,6 +28,7 @@ from . import (
     utils,
     viz,
 )
+from .amp import autocast
 from .autograd import GradcheckError, gradcheck, gradgradcheck
 from .complex_tensor import ComplexTensor, complex, polar, view_as_complex, view_as_real
 from .creation import (
@@ -241,7 +242,6 @@ __version__ = "0.1.0"
 _INSTEAD = {
     "jit": "call the model directly",
     "set_default_dtype": "dtype= on each factory (the default float is float32)",
-    "autocast": "ta.amp.autocast (float32: there is no mixed precision here)",
     "load_state_dict_from_url": "ta.load on a local .npz or .safetensors file",
     "hub": "ta.load on a local .npz or .safetensors file",
     "tensordot": "reshape and matmul",
@@ -256,7 +256,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"torch.{name} is not supported here (tinygrad_attn.{name} does not exist); use {instead}")
 
 
-__all__ = ["Generator", "default_generator", "initial_seed",
+__all__ = ["Generator", "autocast", "default_generator", "initial_seed",
            "amp", "compile", "addmm", "baddbmm", "clamp_max", "clamp_min", "count_nonzero", "dot", "finfo", "iinfo",
            "index_select", "movedim", "narrow", "select", "swapaxes", "swapdims", "take_along_dim", "tile",
            "distributed", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cosh", "erf",

@@ -250,9 +250,14 @@ class AdamW(Adam):
         super().__init__(params, lr, betas, eps, weight_decay)
 
 
-def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float) -> float:
-    """Scale all gradients so that their joint L2 norm is at most max_norm; returns the norm before clipping.
-    A tensor given twice (a tied weight listed under two names) counts once."""
+def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float, norm_type: float = 2.0,
+                    error_if_nonfinite: bool = False, foreach: Any = None) -> Tensor:
+    """Scale all gradients so that their joint L2 norm is at most max_norm; returns the norm before clipping,
+    a 0-d float32 tensor as PyTorch's (`float(norm)` and `norm.item()` read it). A tensor given twice (a tied
+    weight listed under two names) counts once. error_if_nonfinite=True raises on a NaN or infinite norm;
+    `foreach` changes nothing here."""
+    if norm_type != 2.0:
+        raise NotImplementedError(f"clip_grad_norm_: only norm_type=2 is supported here, got {norm_type!r}")
     params = [params] if isinstance(params, Tensor) else list(params) if isinstance(params, Iterable) else [params]
     bad = [i for i, p in enumerate(params) if not isinstance(p, Tensor)]
     if bad:
@@ -262,11 +267,14 @@ def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float) -> float
     unique = list({id(p): p for p in params}.values())
     grads = [p.grad._data for p in unique if p.grad is not None]
     total = math.sqrt(sum(float(np.dot(g.reshape(-1), g.reshape(-1))) for g in grads))
+    if error_if_nonfinite and not math.isfinite(total):
+        raise RuntimeError(f"clip_grad_norm_: the total norm of the gradients is {total}; set "
+                           "error_if_nonfinite=False to clip anyway")
     scale = max_norm / (total + 1e-6)
     if scale < 1:
         for g in grads:
             g *= g.dtype.type(scale)
-    return total
+    return Tensor(np.array(total, grads[0].dtype if grads else np.float32))
 
 
 def constant(lr: float) -> Callable[[int], float]:

@@ -47,19 +47,25 @@ def default_collate(batch: list[Any]) -> Any:
 
 
 class DataLoader:
-    """Batches of a dataset, as torch.utils.data.DataLoader with num_workers=0 (in this process).
+    """Batches of a dataset, as torch.utils.data.DataLoader, made in this process.
 
-    batch_size=None yields the samples unbatched. Other num_workers values are refused with a clear error:
-    worker processes are not supported (a dataset here is in memory, and batching it is cheap)."""
+    batch_size=None yields the samples unbatched. num_workers > 0 (with prefetch_factor, persistent_workers,
+    timeout) gives a map-style dataset's batches here too: the same batches in the same order as PyTorch's
+    workers give. An IterableDataset with workers, or a worker_init_fn, is refused: what those give in
+    PyTorch depends on each worker's copy of the dataset."""
 
     def __init__(self, dataset: Any, batch_size: int | None = 1, shuffle: bool = False, sampler: Any = None,
                  batch_sampler: Any = None, num_workers: int = 0, collate_fn: Any = None, pin_memory: bool = False,
-                 drop_last: bool = False, generator: Any = None, **unsupported: Any):
+                 drop_last: bool = False, timeout: float = 0, worker_init_fn: Any = None, generator: Any = None, *,
+                 prefetch_factor: int | None = None, persistent_workers: bool = False, **unsupported: Any):
         if unsupported:
             raise TypeError(f"DataLoader: unsupported arguments {sorted(unsupported)}")
-        if num_workers != 0:
-            raise ValueError(f"DataLoader: num_workers={num_workers} is not supported here; use num_workers=0 "
-                             "(batches are made in this process)")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"DataLoader: num_workers must be a non-negative int, got {num_workers!r}")
+        if num_workers and (worker_init_fn is not None or isinstance(dataset, IterableDataset)):
+            raise ValueError(f"DataLoader: num_workers={num_workers} with "
+                             f"{'a worker_init_fn' if worker_init_fn is not None else 'an IterableDataset'} is not "
+                             "supported here (there are no worker processes); use num_workers=0")
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                        or batch_size <= 0):
             raise ValueError(f"DataLoader: batch_size must be a positive int or None, got {batch_size!r}")
