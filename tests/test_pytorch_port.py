@@ -288,3 +288,126 @@ def test_parameter_list_and_dict_name_and_train_their_parameters():
     torch = pytest.importorskip("torch")
     Biases.__bases__ = (torch.nn.Module,)
     assert [n for n, _ in Biases(torch).named_parameters()] == ["bs.0", "bs.1", "bs.2", "bs.3", "d.scale"]
+
+
+# A GPT-2 block in the idioms of a widely used model library (Conv1D through addmm, finfo's minimum as the
+# mask value, a bool causal buffer through torch.where, size()[:-1] + (n,) shapes, split / permute / view),
+# run by renaming imports, against PyTorch from the same weights.
+GPT2_BLOCK = '''
+class Conv1D(nn.Module):
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.empty(nx, nf))
+        self.bias = nn.Parameter(torch.zeros(nf))
+        nn.init.normal_(self.weight, std=0.02)
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.nf,)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+class NewGELUActivation(nn.Module):
+    def forward(self, input):
+        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * torch.pow(input, 3.0))
+        return 0.5 * input * (1.0 + torch.tanh(inner))
+
+class GPT2Attention(nn.Module):
+    def __init__(self, embed_dim, num_heads, max_positions=16):
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones((max_positions, max_positions), dtype=torch.bool)).view(
+            1, 1, max_positions, max_positions), persistent=False)
+        self.register_buffer("masked_bias", torch.tensor(-1e4), persistent=False)
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.head_dim = embed_dim // num_heads
+        self.split_size = embed_dim
+        self.c_attn = Conv1D(3 * self.embed_dim, self.embed_dim)
+        self.c_proj = Conv1D(self.embed_dim, self.embed_dim)
+        self.attn_dropout = nn.Dropout(0.0)
+        self.resid_dropout = nn.Dropout(0.0)
+    def _attn(self, query, key, value, attention_mask=None):
+        attn_weights = torch.matmul(query, key.transpose(-1, -2))
+        attn_weights = attn_weights / torch.full([], value.size(-1) ** 0.5, dtype=attn_weights.dtype,
+                                                 device=attn_weights.device)
+        query_length, key_length = query.size(-2), key.size(-2)
+        causal_mask = self.bias[:, :, key_length - query_length : key_length, :key_length]
+        mask_value = torch.finfo(attn_weights.dtype).min
+        mask_value = torch.full([], mask_value, dtype=attn_weights.dtype, device=attn_weights.device)
+        attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
+        if attention_mask is not None:
+            attn_weights = attn_weights + attention_mask
+        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+        attn_weights = attn_weights.type(value.dtype)
+        attn_weights = self.attn_dropout(attn_weights)
+        attn_output = torch.matmul(attn_weights, value)
+        return attn_output, attn_weights
+    def _split_heads(self, tensor, num_heads, attn_head_size):
+        new_shape = tensor.size()[:-1] + (num_heads, attn_head_size)
+        tensor = tensor.view(new_shape)
+        return tensor.permute(0, 2, 1, 3)
+    def _merge_heads(self, tensor, num_heads, attn_head_size):
+        tensor = tensor.permute(0, 2, 1, 3).contiguous()
+        new_shape = tensor.size()[:-2] + (num_heads * attn_head_size,)
+        return tensor.view(new_shape)
+    def forward(self, hidden_states, attention_mask=None):
+        query, key, value = self.c_attn(hidden_states).split(self.split_size, dim=2)
+        query = self._split_heads(query, self.num_heads, self.head_dim)
+        key = self._split_heads(key, self.num_heads, self.head_dim)
+        value = self._split_heads(value, self.num_heads, self.head_dim)
+        attn_output, attn_weights = self._attn(query, key, value, attention_mask)
+        attn_output = self._merge_heads(attn_output, self.num_heads, self.head_dim)
+        attn_output = self.c_proj(attn_output)
+        return self.resid_dropout(attn_output)
+
+class GPT2MLP(nn.Module):
+    def __init__(self, intermediate_size, embed_dim):
+        super().__init__()
+        self.c_fc = Conv1D(intermediate_size, embed_dim)
+        self.c_proj = Conv1D(embed_dim, intermediate_size)
+        self.act = NewGELUActivation()
+        self.dropout = nn.Dropout(0.0)
+    def forward(self, hidden_states):
+        return self.dropout(self.c_proj(self.act(self.c_fc(hidden_states))))
+
+class GPT2Block(nn.Module):
+    def __init__(self, hidden_size, heads):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(hidden_size, eps=1e-5)
+        self.attn = GPT2Attention(hidden_size, heads)
+        self.ln_2 = nn.LayerNorm(hidden_size, eps=1e-5)
+        self.mlp = GPT2MLP(4 * hidden_size, hidden_size)
+    def forward(self, hidden_states, attention_mask=None):
+        residual = hidden_states
+        hidden_states = self.attn(self.ln_1(hidden_states), attention_mask=attention_mask) + residual
+        residual = hidden_states
+        return residual + self.mlp(self.ln_2(hidden_states))
+
+def extended_mask(attention_mask, dtype):
+    extended = attention_mask[:, None, None, :].to(dtype=dtype)
+    return (1.0 - extended) * torch.finfo(dtype).min
+'''
+
+
+@pytest.mark.torch_parity
+def test_a_library_style_gpt2_block_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    spaces = []
+    for lib in (ta, torch):
+        namespace = dict(torch=lib, nn=lib.nn, math=math)
+        exec(GPT2_BLOCK, namespace)
+        spaces.append(namespace)
+    ta.manual_seed(0)
+    ours, theirs = spaces[0]["GPT2Block"](16, 4), spaces[1]["GPT2Block"](16, 4)
+    theirs.load_state_dict({k: torch.tensor(v.numpy()) for k, v in ours.state_dict().items()})
+    x = np.random.default_rng(0).normal(size=(2, 6, 16)).astype(np.float32)
+    keep = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    a, b = ta.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    with np.errstate(over="ignore"):  # finfo.min + finfo.min is -inf, as PyTorch's (which does not warn)
+        out = ours(a, spaces[0]["extended_mask"](ta.tensor(keep), ta.float32))
+    expected = theirs(b, spaces[1]["extended_mask"](torch.tensor(keep), torch.float32))
+    np.testing.assert_allclose(out.detach().numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-6)
+    g = np.random.default_rng(1).normal(size=x.shape).astype(np.float32)
+    out.backward(g)
+    expected.backward(torch.tensor(g))
+    np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-6)
+    for (name, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
