@@ -122,9 +122,14 @@ def test_stacks_copy_the_layer():
         first.zero_()
     assert np.abs(encoder.layers[1].self_attn.q_proj.weight.detach().numpy()).max() > 0
     model = nn.Transformer(16, 2, 1, 1, 32, 0.0)
-    bound = np.sqrt(6 / (16 + 16))  # Xavier-uniform for the (16, 16) projections, as PyTorch's
-    q = model.encoder.layers[0].self_attn.q_proj.weight.detach().numpy()
-    assert np.abs(q).max() <= bound and np.abs(q).max() > bound / 2
+    encoder, decoder = model.encoder.layers[0], model.decoder.layers[0]
+    for module, fan_in, fan_out in [(encoder.self_attn.q_proj, 16, 48), (decoder.multihead_attn.v_proj, 16, 48),
+                                    (encoder.linear1, 16, 32), (decoder.linear2, 32, 16)]:  # q, k, v packed (48, 16)
+        bound, w = np.sqrt(6 / (fan_in + fan_out)), module.weight.detach().numpy()
+        assert bound * 0.8 < np.abs(w).max() <= bound, (module, np.abs(w).max(), bound)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, 0.0)  # its self_attn starts as nn.MultiheadAttention does
+    assert not any(np.any(m.bias.detach().numpy()) for m in (layer.self_attn.q_proj, layer.self_attn.out_proj))
+    assert np.sqrt(6 / 64) * 0.8 < np.abs(layer.self_attn.k_proj.weight.detach().numpy()).max() <= np.sqrt(6 / 64)
 
 
 def test_square_subsequent_mask_and_detection():

@@ -22,7 +22,7 @@ from ..engine import check_device
 from ..masks import is_causal_mask, torch_masks
 from ..tensor import Tensor
 from . import init
-from .attention.multi_head import from_torch_names, to_torch_names
+from .attention.multi_head import from_torch_names, init_as_pytorch, to_torch_names
 from .layers import LayerNorm
 from .module import Module, ModuleList
 from .transformer import DecoderBlock, EncoderBlock
@@ -104,6 +104,7 @@ class TransformerEncoderLayer(EncoderBlock):
         super().__init__(d_model, nhead, dim_feedforward, dropout, norm_first=norm_first,
                          activation=_activation(activation, "TransformerEncoderLayer"),
                          layer_norm_eps=layer_norm_eps, bias=bias)
+        init_as_pytorch(self.self_attn)  # PyTorch's self_attn is an nn.MultiheadAttention
         self.d_model, self.nhead, self.batch_first = d_model, nhead, bool(batch_first)
         if dtype is not None:
             self.to(dtype)
@@ -139,6 +140,8 @@ class TransformerDecoderLayer(DecoderBlock):
         super().__init__(d_model, nhead, dim_feedforward, dropout, norm_first=norm_first,
                          activation=_activation(activation, "TransformerDecoderLayer"),
                          layer_norm_eps=layer_norm_eps, bias=bias)
+        init_as_pytorch(self.self_attn)  # PyTorch's two attentions are nn.MultiheadAttention
+        init_as_pytorch(self.cross_attn)
         self.d_model, self.nhead, self.batch_first = d_model, nhead, bool(batch_first)
         if dtype is not None:
             self.to(dtype)
@@ -223,7 +226,7 @@ class TransformerDecoder(Module):
 
 class Transformer(Module):
     """torch.nn.Transformer: an encoder and a decoder of num_*_layers layers, each stack ending in LayerNorm;
-    the weight matrices start Xavier-uniform, as PyTorch's."""
+    the weight matrices start Xavier-uniform, as PyTorch's (q, k and v as the one matrix PyTorch packs)."""
 
     def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6, num_decoder_layers: int = 6,
                  dim_feedforward: int = 2048, dropout: float = 0.1, activation: Any = "relu",
@@ -240,9 +243,12 @@ class Transformer(Module):
             TransformerDecoderLayer(d_model, nhead, **layer), num_decoder_layers,
             LayerNorm(d_model, layer_norm_eps, bias=bias))
         self.d_model, self.nhead, self.batch_first = d_model, nhead, bool(batch_first)
-        for p in self.parameters():
+        for p in self.parameters():  # PyTorch's: every matrix Xavier-uniform, q, k, v as their packed (3E, E)
             if p.ndim > 1:
                 init.xavier_uniform_(p)
+        for module in self.modules():
+            if hasattr(module, "q_proj"):
+                init_as_pytorch(module, biases=False)
         if dtype is not None:
             self.to(dtype)
 

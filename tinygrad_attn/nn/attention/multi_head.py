@@ -20,6 +20,7 @@ from ...kernels.flash import Variant
 from ...kernels.visibility import band
 from ...masks import causal_mask, torch_masks
 from ...tensor import Tensor, cat
+from .. import init
 from ..layers import Linear
 from ..module import Module
 from ..rotary import RotaryEmbedding
@@ -375,6 +376,7 @@ class MultiheadAttention(MultiHeadAttention):
             raise ValueError("MultiheadAttention: add_bias_kv and add_zero_attn are not supported here")
         check_device(device, "MultiheadAttention")
         super().__init__(embed_dim, num_heads, dropout, bias, kdim, vdim)
+        init_as_pytorch(self)
         self.batch_first = bool(batch_first)
         if dtype is not None:
             self.to(dtype)
@@ -407,6 +409,22 @@ class MultiheadAttention(MultiHeadAttention):
 
     def _state_from_saved(self, state: dict[str, Any]) -> dict[str, Any]:
         return from_torch_names(state)
+
+
+def init_as_pytorch(mha: MultiHeadAttention, biases: bool = True) -> None:
+    """torch.nn.MultiheadAttention's starting weights: q, k and v Xavier-uniform as the one (3E, E) matrix
+    PyTorch packs them in (each on its own when kdim or vdim differ), their biases and the output's 0."""
+    projections = (mha.q_proj, mha.k_proj, mha.v_proj)
+    packed = len({p.weight.shape for p in projections}) == 1 and mha.kdim == mha.vdim == mha.embed_dim
+    for p in projections:
+        rows, cols = p.weight.shape
+        fan_out = 3 * rows if packed else rows
+        bound = float(np.sqrt(6.0 / (cols + fan_out)))
+        init.uniform_(p.weight, -bound, bound)
+    if biases:
+        for p in (*projections, mha.out_proj):
+            if p.bias is not None:
+                init.zeros_(p.bias)
 
 
 def to_torch_names(state: dict[str, Any]) -> dict[str, Any]:
