@@ -87,26 +87,26 @@ def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator: Any = None) -> 
     return normal_(tensor, 0.0, std, generator)
 
 
+def _kaiming_std(tensor: Tensor, a: float, mode: str, nonlinearity: str, op: str) -> float:
+    """gain / sqrt(fan): the standard deviation both Kaiming initialisations aim at."""
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f'init.{op}: mode must be "fan_in" or "fan_out", got {mode!r}')
+    fan_in, fan_out = _fans(tensor, op)
+    fan = fan_in if mode == "fan_in" else fan_out
+    gain = calculate_gain(nonlinearity, check_number(a, "a", f"init.{op}"))
+    return gain / math.sqrt(fan) if fan else 0.0
+
+
 def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
                      generator: Any = None) -> Tensor:
-    if mode not in ("fan_in", "fan_out"):
-        raise ValueError(f'init.kaiming_uniform_: mode must be "fan_in" or "fan_out", got {mode!r}')
-    fan_in, fan_out = _fans(tensor, "kaiming_uniform_")
-    fan = fan_in if mode == "fan_in" else fan_out
-    gain = calculate_gain(nonlinearity, check_number(a, "a", "init.kaiming_uniform_"))
-    bound = gain * math.sqrt(3.0 / fan) if fan else 0.0
+    bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity, "kaiming_uniform_")
     return uniform_(tensor, -bound, bound, generator)
 
 
 def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in", nonlinearity: str = "leaky_relu",
                     generator: Any = None) -> Tensor:
     """N(0, std^2) with std = gain / sqrt(fan), as PyTorch's."""
-    if mode not in ("fan_in", "fan_out"):
-        raise ValueError(f'init.kaiming_normal_: mode must be "fan_in" or "fan_out", got {mode!r}')
-    fan_in, fan_out = _fans(tensor, "kaiming_normal_")
-    fan = fan_in if mode == "fan_in" else fan_out
-    gain = calculate_gain(nonlinearity, check_number(a, "a", "init.kaiming_normal_"))
-    return normal_(tensor, 0.0, gain / math.sqrt(fan) if fan else 0.0, generator)
+    return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity, "kaiming_normal_"), generator)
 
 
 def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0,

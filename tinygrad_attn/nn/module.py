@@ -403,42 +403,63 @@ class Sequential(ModuleList):
         return x
 
 
-class ModuleDict(Module):
-    """Modules under string keys, named `key.weight` in parameters and state_dict; insertion order kept."""
+class _Keyed(Module):
+    """Members under string keys (named `key.weight`, or `key`, in parameters and state_dict), insertion order
+    kept: the dict protocol ModuleDict and ParameterDict share."""
 
-    def __init__(self, modules: Any = None):
-        for key, module in dict(modules or {}).items():
-            self[key] = module
+    _what = "member"
 
-    def __setitem__(self, key: str, module: Module) -> None:
+    def _member(self, key: str, value: Any) -> Any:
+        raise NotImplementedError
+
+    def _is_member(self, value: Any) -> bool:
+        raise NotImplementedError
+
+    def __setitem__(self, key: str, value: Any) -> None:
         if not isinstance(key, str) or not key.isidentifier():
-            raise KeyError(f"ModuleDict: keys must be identifiers, got {key!r}")
-        if not isinstance(module, Module):
-            raise TypeError(f"ModuleDict: {key!r} must be a Module, got {type(module).__name__}")
-        setattr(self, key, module)
+            raise KeyError(f"{type(self).__name__}: keys must be identifiers, got {key!r}")
+        setattr(self, key, self._member(key, value))
 
-    def __getitem__(self, key: str) -> Module:
+    def __getitem__(self, key: str) -> Any:
         if key not in self:
-            raise KeyError(f"ModuleDict: no module {key!r}; keys are {list(self.keys())}")
+            raise KeyError(f"{type(self).__name__}: no {self._what} {key!r}; keys are {self.keys()}")
         return getattr(self, key)
 
     def __contains__(self, key: object) -> bool:
-        return any(key == name for name, _ in self.named_children())
+        return key in self.keys()
 
     def __len__(self) -> int:
-        return sum(1 for _ in self.named_children())
+        return len(self.keys())
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
 
     def keys(self) -> list[str]:
-        return [name for name, _ in self.named_children()]
+        return [k for k, v in vars(self).items() if self._is_member(v)]
 
-    def values(self) -> list[Module]:
-        return [m for _, m in self.named_children()]
+    def values(self) -> list[Any]:
+        return [getattr(self, k) for k in self.keys()]
 
-    def items(self) -> list[tuple[str, Module]]:
-        return list(self.named_children())
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, getattr(self, k)) for k in self.keys()]
+
+
+class ModuleDict(_Keyed):
+    """Modules under string keys, named `key.weight` in parameters and state_dict; insertion order kept."""
+
+    _what = "module"
+
+    def __init__(self, modules: Any = None):
+        for key, module in dict(modules or {}).items():
+            self[key] = module
+
+    def _member(self, key: str, value: Any) -> Module:
+        if not isinstance(value, Module):
+            raise TypeError(f"ModuleDict: {key!r} must be a Module, got {type(value).__name__}")
+        return value
+
+    def _is_member(self, value: Any) -> bool:
+        return isinstance(value, Module)
 
 
 def _as_parameter(value: Any, op: str, where: str) -> Parameter:
@@ -482,37 +503,17 @@ class ParameterList(Module):
         return self
 
 
-class ParameterDict(Module):
+class ParameterDict(_Keyed):
     """Parameters under string keys (`scales.head`), insertion order kept, as PyTorch's nn.ParameterDict."""
+
+    _what = "parameter"
 
     def __init__(self, parameters: Any = None):
         for key, value in dict(parameters or {}).items():
             self[key] = value
 
-    def __setitem__(self, key: str, value: Any) -> None:
-        if not isinstance(key, str) or not key.isidentifier():
-            raise KeyError(f"ParameterDict: keys must be identifiers, got {key!r}")
-        setattr(self, key, _as_parameter(value, "ParameterDict", repr(key)))
+    def _member(self, key: str, value: Any) -> Parameter:
+        return _as_parameter(value, "ParameterDict", repr(key))
 
-    def __getitem__(self, key: str) -> Parameter:
-        if key not in self:
-            raise KeyError(f"ParameterDict: no parameter {key!r}; keys are {self.keys()}")
-        return getattr(self, key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.keys()
-
-    def __len__(self) -> int:
-        return len(self.keys())
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.keys())
-
-    def keys(self) -> list[str]:
-        return [k for k, v in vars(self).items() if isinstance(v, Parameter)]
-
-    def values(self) -> list[Parameter]:
-        return [getattr(self, k) for k in self.keys()]
-
-    def items(self) -> list[tuple[str, Parameter]]:
-        return [(k, getattr(self, k)) for k in self.keys()]
+    def _is_member(self, value: Any) -> bool:
+        return isinstance(value, Parameter)

@@ -67,6 +67,19 @@ def _self_masks(op: str, names: tuple[str, str, str], mask: Any, padding: Any, i
     return causal, torch_masks(op, names[:2], None if causal else mask, padding, batch, heads, t, t)
 
 
+def _as_pytorch_layer(layer: Module, op: str, batch_first: bool, device: Any, dtype: Any,
+                      attentions: tuple) -> None:
+    """The rest of a torch.nn layer's construction: its attentions start as nn.MultiheadAttention does, and it
+    keeps the options its forward reads."""
+    check_device(device, op)
+    for attention in attentions:
+        init_as_pytorch(attention)
+    layer.d_model, layer.nhead = attentions[0].embed_dim, attentions[0].num_heads
+    layer.batch_first = bool(batch_first)
+    if dtype is not None:
+        layer.to(dtype)
+
+
 def _layer_to_torch(state: dict[str, Any], attentions: dict[str, str]) -> dict[str, Any]:
     """A layer's state entries under torch.nn's names: each attention (our prefix -> torch's) packed, and the
     feed-forward's ff.linear1 / ff.linear2 as linear1 / linear2."""
@@ -100,14 +113,10 @@ class TransformerEncoderLayer(EncoderBlock):
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
                  activation: Any = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, device: Any = None, dtype: Any = None):
-        check_device(device, "TransformerEncoderLayer")
         super().__init__(d_model, nhead, dim_feedforward, dropout, norm_first=norm_first,
                          activation=_activation(activation, "TransformerEncoderLayer"),
                          layer_norm_eps=layer_norm_eps, bias=bias)
-        init_as_pytorch(self.self_attn)  # PyTorch's self_attn is an nn.MultiheadAttention
-        self.d_model, self.nhead, self.batch_first = d_model, nhead, bool(batch_first)
-        if dtype is not None:
-            self.to(dtype)
+        _as_pytorch_layer(self, "TransformerEncoderLayer", batch_first, device, dtype, (self.self_attn,))
 
     linear1 = property(lambda self: self.ff.linear1)  # torch.nn's attribute names
     linear2 = property(lambda self: self.ff.linear2)
@@ -136,15 +145,11 @@ class TransformerDecoderLayer(DecoderBlock):
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
                  activation: Any = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, device: Any = None, dtype: Any = None):
-        check_device(device, "TransformerDecoderLayer")
         super().__init__(d_model, nhead, dim_feedforward, dropout, norm_first=norm_first,
                          activation=_activation(activation, "TransformerDecoderLayer"),
                          layer_norm_eps=layer_norm_eps, bias=bias)
-        init_as_pytorch(self.self_attn)  # PyTorch's two attentions are nn.MultiheadAttention
-        init_as_pytorch(self.cross_attn)
-        self.d_model, self.nhead, self.batch_first = d_model, nhead, bool(batch_first)
-        if dtype is not None:
-            self.to(dtype)
+        _as_pytorch_layer(self, "TransformerDecoderLayer", batch_first, device, dtype,
+                          (self.self_attn, self.cross_attn))
 
     linear1 = property(lambda self: self.ff.linear1)  # torch.nn's attribute names
     linear2 = property(lambda self: self.ff.linear2)
