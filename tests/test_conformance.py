@@ -96,6 +96,7 @@ RANDOM = {  # name -> f(library): shape, dtype and range compared (the draws the
     "randn": lambda m: m.randn(5), "randn_like": lambda m: m.randn_like(m.zeros(3)),
     "randint": lambda m: m.randint(0, 5, (4,)), "randperm": lambda m: m.randperm(6),
     "multinomial": lambda m: m.multinomial(m.tensor([0.2, 0.8]), 3, replacement=True),
+    "bernoulli": lambda m: m.bernoulli(m.full((3, 4), 0.5)) + m.zeros(2, 1).bernoulli_(0.5)[:, :, None],
 }
 CHECKED_ELSEWHERE = {  # test files that compare these with PyTorch themselves
     "test_tensor_surface.py": ["finfo", "iinfo", "Generator", "default_generator", "initial_seed", "autocast"],
@@ -293,6 +294,8 @@ def test_random_draws_have_pytorchs_shapes_dtypes_and_ranges(name):
         assert values.min() >= 0 and values.max() < 1
     if name == "randperm":
         assert sorted(values.tolist()) == list(range(6))
+    if name == "bernoulli":
+        assert set(np.unique(values)) <= {0.0, 1.0, 2.0}  # two 0/1 draws added
     if name in ("randint", "multinomial"):
         assert values.min() >= 0 and values.max() < (5 if name == "randint" else 2)
 

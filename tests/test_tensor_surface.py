@@ -292,7 +292,8 @@ def test_generators_are_streams_of_their_own():
                 ta.randperm(5, generator=g), ta.multinomial(ta.tensor([0.3, 0.7]), 4, True, generator=g),
                 ta.empty(2, 2).normal_(generator=g), ta.empty(3).uniform_(-1, 1, generator=g),
                 ta.nn.init.xavier_uniform_(ta.empty(3, 3), generator=g),
-                ta.nn.init.trunc_normal_(ta.empty(4), generator=g)]
+                ta.nn.init.trunc_normal_(ta.empty(4), generator=g), ta.empty(5).bernoulli_(0.4, generator=g),
+                ta.bernoulli(ta.full((2, 3), 0.7), generator=g)]
 
     ta.manual_seed(0)
     first = draws()
@@ -311,6 +312,10 @@ def test_generators_are_streams_of_their_own():
     assert ta.manual_seed(5) is ta.default_generator and ta.initial_seed() == 5
     with pytest.raises(TypeError, match="generator must be"):
         ta.randn(2, generator=3.5)
+    kept = ta.empty(20000).bernoulli_(0.3, generator=g).numpy()
+    assert set(np.unique(kept)) <= {0.0, 1.0} and abs(kept.mean() - 0.3) < 0.02  # 5 standard deviations
+    with pytest.raises(ValueError, match=r"bernoulli_: probabilities must lie in \[0, 1\]"):
+        ta.empty(2).bernoulli_(1.5)
     with pytest.raises(ValueError, match="not a state from get_state"):
         g.set_state(np.zeros(3, np.uint8))
 

@@ -120,6 +120,7 @@ from .tensor_functions import (
     atanh,
     backends,
     baddbmm,
+    bernoulli,
     bmm,
     ceil,
     chunk,
@@ -257,7 +258,8 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = ["Generator", "autocast", "default_generator", "initial_seed",
-           "amp", "compile", "addmm", "baddbmm", "clamp_max", "clamp_min", "count_nonzero", "dot", "finfo", "iinfo",
+           "amp", "compile", "addmm", "baddbmm", "bernoulli", "clamp_max", "clamp_min", "count_nonzero", "dot",
+           "finfo", "iinfo",
            "index_select", "movedim", "narrow", "select", "swapaxes", "swapdims", "take_along_dim", "tile",
            "distributed", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cosh", "erf",
            "exp2", "expm1", "flip", "floor", "gather", "isclose", "isfinite", "isinf", "isnan", "lerp", "log10",

@@ -1267,6 +1267,17 @@ class Tensor(Node):
         draw = rng.generator(generator).uniform(a, b, self.shape)
         return self._in_place("uniform_", lambda t: Tensor._result(draw.astype(self.dtype), None))
 
+    def bernoulli_(self, p: Any = 0.5, *, generator: Any = None) -> Tensor:
+        """Each entry 1 with probability p (a number, or a tensor broadcast to this one's shape), else 0."""
+        draw = _bernoulli(p, self.shape, generator, "bernoulli_")
+        return self._in_place("bernoulli_", lambda t: Tensor._result(draw.astype(self.dtype), None))
+
+    def bernoulli(self, p: Any = None, *, generator: Any = None) -> Tensor:
+        """A new tensor of this one's shape and dtype: 1 with probability p (this tensor's entries when p is
+        None, as torch.bernoulli(input)), else 0. No gradient flows through a draw."""
+        draw = _bernoulli(self._data if p is None else p, self.shape, generator, "bernoulli")
+        return Tensor(draw.astype(self.dtype if self.dtype.kind == "f" else np.float32))
+
     # --- dtypes and devices ---------------------------------------------------------
     def to(self, *args: Any, **kwargs: Any) -> Tensor:
         """to(dtype), to(device), to(device, dtype), to(other tensor); "cpu" is the only device."""
@@ -1653,6 +1664,16 @@ class Tensor(Node):
     def log_softmax(self, dim: int = -1, dtype: Any = None) -> Tensor:
         """x - logsumexp(x) along `dim`, as torch's x.log_softmax(dim); `dtype` casts x first."""
         return log_softmax(self, dim, dtype=dtype)
+
+
+def _bernoulli(p: Any, shape: tuple[int, ...], generator: Any, op: str) -> np.ndarray:
+    """0/1 draws of `shape`, each 1 with its probability in p (checked to lie in [0, 1])."""
+    probs = np.asarray(p._data if isinstance(p, Tensor) else p, dtype=np.float64)
+    if np.isnan(probs).any() or (probs < 0).any() or (probs > 1).any():
+        raise ValueError(f"{op}: probabilities must lie in [0, 1], got values from {np.nanmin(probs)} to "
+                         f"{np.nanmax(probs)}" + (" (and NaN)" if np.isnan(probs).any() else ""))
+    check_broadcast(op, probs.shape, shape)
+    return rng.generator(generator).random(shape) < probs
 
 
 def _size_tuple(size: tuple, op: str) -> tuple[int, ...]:

@@ -139,6 +139,7 @@ select = _method("select")
 index_select = _method("index_select")
 clamp_min = _method("clamp_min")
 clamp_max = _method("clamp_max")
+bernoulli = _method("bernoulli")
 
 
 def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta: float = 1, alpha: float = 1) -> Tensor:  # noqa: A002
