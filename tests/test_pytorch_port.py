@@ -542,3 +542,61 @@ def test_a_library_style_vision_transformer_matches_pytorch():
         optimizer.step()
         losses.append(float(loss))
     assert losses[-1] < losses[0]
+
+
+# minGPT's way of sorting parameters into decay / no-decay groups: named_modules, then each module's own
+# named_parameters, matched against the whole model's names.
+MINGPT_GROUPS = '''
+def groups(model):
+    decay, no_decay = set(), set()
+    whitelist, blacklist = (torch.nn.Linear,), (torch.nn.LayerNorm, torch.nn.Embedding)
+    for mn, m in model.named_modules():
+        for pn, p in m.named_parameters(recurse=False):
+            fpn = "%s.%s" % (mn, pn) if mn else pn
+            if pn.endswith("bias"):
+                no_decay.add(fpn)
+            elif pn.endswith("weight") and isinstance(m, whitelist):
+                decay.add(fpn)
+            elif pn.endswith("weight") and isinstance(m, blacklist):
+                no_decay.add(fpn)
+    param_dict = {pn: p for pn, p in model.named_parameters()}
+    assert len(decay & no_decay) == 0 and len(param_dict.keys() - (decay | no_decay)) == 0
+    return sorted(decay), sorted(no_decay)
+
+
+def model():
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = torch.nn.Embedding(5, 4)
+            self.ln = torch.nn.LayerNorm(4)
+            self.head = torch.nn.Linear(4, 5, bias=False)
+            self.wte.weight = self.head.weight
+            self.register_buffer("mask", torch.ones(2))
+    return Tied()
+'''
+
+
+def test_mingpt_parameter_groups_and_recurse():
+    spaces = []
+    libs = [ta]
+    try:
+        import torch
+
+        libs.append(torch)
+    except ImportError:
+        pass
+    for lib in libs:
+        namespace = dict(torch=lib)
+        exec(MINGPT_GROUPS, namespace)
+        m = namespace["model"]()
+        spaces.append((namespace["groups"](m), [n for n, _ in m.named_parameters(remove_duplicate=False)],
+                       [n for n, _ in m.ln.named_parameters(prefix="ln", recurse=False)],
+                       len(m.parameters(recurse=False) if lib is ta else list(m.parameters(recurse=False))),
+                       [n for n, _ in m.named_buffers(recurse=False)]))
+    ours = spaces[0]
+    assert ours[0] == (["head.weight"], ["ln.bias", "ln.weight", "wte.weight"])
+    assert ours[1] == ["wte.weight", "ln.weight", "ln.bias", "head.weight"]  # the tied weight under both names
+    assert ours[2] == ["ln.weight", "ln.bias"] and ours[3] == 0 and ours[4] == ["mask"]
+    if len(spaces) == 2:
+        assert ours == spaces[1]

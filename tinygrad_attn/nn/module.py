@@ -185,13 +185,18 @@ class Module:
                 value._named_members(prefix + name + ".", found)
         return found
 
-    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Parameter]]:
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, Parameter]]:
         """(dotted name, parameter) pairs, depth first in the order attributes were set; a parameter shared
-        by several modules (tied weights) comes once, under its first name, as in PyTorch."""
-        return iter(_first_names(self._named_members(prefix)))
+        by several modules (tied weights) comes once, under its first name, as in PyTorch (every time with
+        remove_duplicate=False); recurse=False: this module's own parameters only."""
+        prefix = prefix + "." if prefix else ""  # PyTorch's: a module's name, joined with a dot
+        members = (self._named_members(prefix) if recurse else
+                   [(prefix + k, v) for k, v in vars(self).items() if isinstance(v, Parameter)])
+        return iter(_first_names(members) if remove_duplicate else members)
 
-    def parameters(self) -> list[Parameter]:
-        return [p for _, p in _first_names(self._named_members())]
+    def parameters(self, recurse: bool = True) -> list[Parameter]:
+        return [p for _, p in self.named_parameters(recurse=recurse)]
 
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
         """(dotted name, module) for this module ("") and every submodule, each module once."""
@@ -230,16 +235,19 @@ class Module:
     def _buffers(self) -> dict[str, bool]:
         return vars(self).get("_buffer_names", {})
 
-    def named_buffers(self, prefix: str = "", persistent_only: bool = False) -> Iterator[tuple[str, Tensor]]:
+    def named_buffers(self, prefix: str = "", recurse: bool = True, persistent_only: bool = False
+                      ) -> Iterator[tuple[str, Tensor]]:
+        start = prefix + "." if prefix else ""  # PyTorch's: a module's name, joined with a dot
         for name, persistent in self._buffers().items():
             value = getattr(self, name)
             if value is not None and (persistent or not persistent_only):
-                yield prefix + name, value
-        for child_name, child in self.named_children():
-            yield from child.named_buffers(prefix + child_name + ".", persistent_only)
+                yield start + name, value
+        if recurse:
+            for child_name, child in self.named_children():
+                yield from child.named_buffers(start + child_name, True, persistent_only)
 
-    def buffers(self) -> list[Tensor]:
-        return [b for _, b in self.named_buffers()]
+    def buffers(self, recurse: bool = True) -> list[Tensor]:
+        return [b for _, b in self.named_buffers(recurse=recurse)]
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
