@@ -600,3 +600,155 @@ def test_mingpt_parameter_groups_and_recurse():
     assert ours[2] == ["ln.weight", "ln.bias"] and ours[3] == 0 and ours[4] == ["mask"]
     if len(spaces) == 2:
         assert ours == spaces[1]
+
+
+# A Llama decoder layer in the idioms of a widely used model library (rotate_half rotary embeddings under
+# autocast(enabled=False), repeat_kv through expand, RMSNorm in float32, a float causal mask built with in-place
+# products, expand, clone and a masked slice assignment, left padding), against PyTorch from the same weights.
+LLAMA_LAYER = '''
+class LlamaRMSNorm(nn.Module):
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+class LlamaRotaryEmbedding(nn.Module):
+    def __init__(self, dim, base=10000):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+    @torch.no_grad()
+    def forward(self, x, position_ids):
+        inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+        position_ids_expanded = position_ids[:, None, :].float()
+        with torch.autocast(device_type="cpu", enabled=False):
+            freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos = emb.cos()
+            sin = emb.sin()
+        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+
+def repeat_kv(hidden_states, n_rep):
+    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
+    if n_rep == 1:
+        return hidden_states
+    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
+    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
+
+class LlamaMLP(nn.Module):
+    def __init__(self, hidden, inter):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+        self.act_fn = nn.SiLU()
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+class LlamaSdpaAttention(nn.Module):
+    def __init__(self, hidden, heads, kv_heads):
+        super().__init__()
+        self.num_heads, self.head_dim, self.num_key_value_heads = heads, hidden // heads, kv_heads
+        self.num_key_value_groups = heads // kv_heads
+        self.q_proj = nn.Linear(hidden, heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(hidden, hidden, bias=False)
+        self.rotary_emb = LlamaRotaryEmbedding(self.head_dim)
+    def forward(self, hidden_states, attention_mask, position_ids):
+        bsz, q_len, _ = hidden_states.size()
+        query_states = self.q_proj(hidden_states).view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
+        kv_shape = (bsz, q_len, self.num_key_value_heads, self.head_dim)
+        key_states = self.k_proj(hidden_states).view(kv_shape).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(kv_shape).transpose(1, 2)
+        cos, sin = self.rotary_emb(value_states, position_ids)
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        key_states = repeat_kv(key_states, self.num_key_value_groups)
+        value_states = repeat_kv(value_states, self.num_key_value_groups)
+        causal_mask = attention_mask
+        if attention_mask is not None:
+            causal_mask = causal_mask[:, :, :, : key_states.shape[-2]]
+        query_states = query_states.contiguous()
+        key_states = key_states.contiguous()
+        value_states = value_states.contiguous()
+        attn_output = torch.nn.functional.scaled_dot_product_attention(
+            query_states, key_states, value_states, attn_mask=causal_mask, dropout_p=0.0,
+            is_causal=causal_mask is None and q_len > 1)
+        attn_output = attn_output.transpose(1, 2).contiguous().view(bsz, q_len, -1)
+        return self.o_proj(attn_output)
+
+def update_causal_mask(attention_mask, input_tensor, cache_position):
+    dtype = input_tensor.dtype
+    min_dtype = torch.finfo(dtype).min
+    sequence_length = input_tensor.shape[1]
+    target_length = attention_mask.shape[-1]
+    causal_mask = torch.full((sequence_length, target_length), fill_value=min_dtype, dtype=dtype)
+    if sequence_length != 1:
+        causal_mask = torch.triu(causal_mask, diagonal=1)
+    causal_mask *= torch.arange(target_length) > cache_position.reshape(-1, 1)
+    causal_mask = causal_mask[None, None, :, :].expand(input_tensor.shape[0], 1, -1, -1)
+    causal_mask = causal_mask.clone()
+    mask_length = attention_mask.shape[-1]
+    padding_mask = causal_mask[:, :, :, :mask_length] + attention_mask[:, None, None, :]
+    padding_mask = padding_mask == 0
+    causal_mask[:, :, :, :mask_length] = causal_mask[:, :, :, :mask_length].masked_fill(padding_mask, min_dtype)
+    return causal_mask
+
+class Layer(nn.Module):
+    def __init__(self, hidden=16, heads=4, kv_heads=2, inter=24):
+        super().__init__()
+        self.self_attn = LlamaSdpaAttention(hidden, heads, kv_heads)
+        self.mlp = LlamaMLP(hidden, inter)
+        self.input_layernorm = LlamaRMSNorm(hidden)
+        self.post_attention_layernorm = LlamaRMSNorm(hidden)
+    def forward(self, x, attention_mask, position_ids):
+        h = x + self.self_attn(self.input_layernorm(x), attention_mask, position_ids)
+        return h + self.mlp(self.post_attention_layernorm(h))
+'''
+
+
+@pytest.mark.torch_parity
+def test_a_library_style_llama_layer_with_left_padding_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    spaces = []
+    for lib in (ta, torch):
+        namespace = dict(torch=lib, nn=lib.nn, math=math)
+        exec(LLAMA_LAYER, namespace)
+        spaces.append(namespace)
+    ta.manual_seed(0)
+    ours, theirs = spaces[0]["Layer"](), spaces[1]["Layer"]()
+    theirs.load_state_dict({k: torch.tensor(v.numpy()) for k, v in ours.state_dict().items()})
+    x = np.random.default_rng(0).normal(size=(2, 5, 16)).astype(np.float32)
+    keep = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])  # the second sequence padded on the left
+    positions = np.array([[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]])
+    results = []
+    for lib, model, namespace in ((ta, ours, spaces[0]), (torch, theirs, spaces[1])):
+        given = lib.tensor(x, requires_grad=True)
+        with np.errstate(over="ignore"):  # finfo.min + finfo.min is -inf, as PyTorch's (which does not warn)
+            mask = namespace["update_causal_mask"](lib.tensor(keep), given, lib.arange(5))
+            out = model(given, mask, lib.tensor(positions))
+        out.backward(lib.tensor(np.random.default_rng(1).normal(size=out.shape).astype(np.float32)))
+        results.append((mask.numpy(), out.detach().numpy(), given.grad.numpy(),
+                        [p.grad.numpy() for p in model.parameters()]))
+    (mask, out, grad, grads), (tmask, tout, tgrad, tgrads) = results
+    np.testing.assert_array_equal(mask, tmask)
+    np.testing.assert_allclose(out, tout, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad, tgrad, rtol=1e-4, atol=1e-6)
+    for g, tg in zip(grads, tgrads):
+        np.testing.assert_allclose(g, tg, rtol=1e-4, atol=1e-6)
