@@ -51,9 +51,9 @@ def train_steps(module, weights, steps: int) -> float:
     if hasattr(module, "SequenceDataset"):  # gpt_trainer: batches come from a Dataset
         dataset = module.SequenceDataset(module.np.arange(4000) % 11, block_size=8)
         run = lambda: module.train(model, dataset, steps)  # noqa: E731
-    elif hasattr(module, "batchify"):  # char_transformer: (T, B) columns of its text
+    elif hasattr(module, "as_columns"):  # char_transformer: (T, B) columns of its text
         data, chars = module.encode(module.TEXT * 4)
-        run = lambda: module.train(model, module.batchify(data, 8), len(chars), steps)  # noqa: E731
+        run = lambda: module.train(model, module.as_columns(data, 8), len(chars), steps)  # noqa: E731
     elif hasattr(module, "TEXT"):  # llama_style: windows of its text
         data, _ = module.encode(module.TEXT)
         run = lambda: module.train(model, data, steps)  # noqa: E731

@@ -290,100 +290,70 @@ def test_parameter_list_and_dict_name_and_train_their_parameters():
     assert [n for n, _ in Biases(torch).named_parameters()] == ["bs.0", "bs.1", "bs.2", "bs.3", "d.scale"]
 
 
-# A GPT-2 block in the idioms of a widely used model library (Conv1D through addmm, finfo's minimum as the
-# mask value, a bool causal buffer through torch.where, size()[:-1] + (n,) shapes, split / permute / view),
-# run by renaming imports, against PyTorch from the same weights.
+# A GPT-2-style block in the idioms of model libraries, in this project's own words ((in, out) weights through
+# addmm, finfo's minimum as the mask value, a bool causal buffer through torch.where, size()[:-1] + (n,)
+# shapes, split / permute / view), run by renaming imports, against PyTorch from the same weights.
 GPT2_BLOCK = '''
-class Conv1D(nn.Module):
-    def __init__(self, nf, nx):
+class FlatProjection(nn.Module):  # a (in, out) weight applied through addmm, as some model libraries store it
+    def __init__(self, width_out, width_in):
         super().__init__()
-        self.nf = nf
-        self.weight = nn.Parameter(torch.empty(nx, nf))
-        self.bias = nn.Parameter(torch.zeros(nf))
+        self.width_out = width_out
+        self.weight = nn.Parameter(torch.empty(width_in, width_out))
+        self.bias = nn.Parameter(torch.zeros(width_out))
         nn.init.normal_(self.weight, std=0.02)
+
     def forward(self, x):
-        size_out = x.size()[:-1] + (self.nf,)
-        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
-        return x.view(size_out)
+        shape = x.size()[:-1] + (self.width_out,)
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(shape)
 
-class NewGELUActivation(nn.Module):
-    def forward(self, input):
-        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * torch.pow(input, 3.0))
-        return 0.5 * input * (1.0 + torch.tanh(inner))
 
-class GPT2Attention(nn.Module):
-    def __init__(self, embed_dim, num_heads, max_positions=16):
+class TanhGelu(nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class CausalAttention(nn.Module):
+    def __init__(self, width, heads, longest=16):
         super().__init__()
-        self.register_buffer("bias", torch.tril(torch.ones((max_positions, max_positions), dtype=torch.bool)).view(
-            1, 1, max_positions, max_positions), persistent=False)
-        self.register_buffer("masked_bias", torch.tensor(-1e4), persistent=False)
-        self.embed_dim, self.num_heads = embed_dim, num_heads
-        self.head_dim = embed_dim // num_heads
-        self.split_size = embed_dim
-        self.c_attn = Conv1D(3 * self.embed_dim, self.embed_dim)
-        self.c_proj = Conv1D(self.embed_dim, self.embed_dim)
-        self.attn_dropout = nn.Dropout(0.0)
-        self.resid_dropout = nn.Dropout(0.0)
-    def _attn(self, query, key, value, attention_mask=None):
-        attn_weights = torch.matmul(query, key.transpose(-1, -2))
-        attn_weights = attn_weights / torch.full([], value.size(-1) ** 0.5, dtype=attn_weights.dtype,
-                                                 device=attn_weights.device)
-        query_length, key_length = query.size(-2), key.size(-2)
-        causal_mask = self.bias[:, :, key_length - query_length : key_length, :key_length]
-        mask_value = torch.finfo(attn_weights.dtype).min
-        mask_value = torch.full([], mask_value, dtype=attn_weights.dtype, device=attn_weights.device)
-        attn_weights = torch.where(causal_mask, attn_weights.to(attn_weights.dtype), mask_value)
-        if attention_mask is not None:
-            attn_weights = attn_weights + attention_mask
-        attn_weights = nn.functional.softmax(attn_weights, dim=-1)
-        attn_weights = attn_weights.type(value.dtype)
-        attn_weights = self.attn_dropout(attn_weights)
-        attn_output = torch.matmul(attn_weights, value)
-        return attn_output, attn_weights
-    def _split_heads(self, tensor, num_heads, attn_head_size):
-        new_shape = tensor.size()[:-1] + (num_heads, attn_head_size)
-        tensor = tensor.view(new_shape)
-        return tensor.permute(0, 2, 1, 3)
-    def _merge_heads(self, tensor, num_heads, attn_head_size):
-        tensor = tensor.permute(0, 2, 1, 3).contiguous()
-        new_shape = tensor.size()[:-2] + (num_heads * attn_head_size,)
-        return tensor.view(new_shape)
-    def forward(self, hidden_states, attention_mask=None):
-        query, key, value = self.c_attn(hidden_states).split(self.split_size, dim=2)
-        query = self._split_heads(query, self.num_heads, self.head_dim)
-        key = self._split_heads(key, self.num_heads, self.head_dim)
-        value = self._split_heads(value, self.num_heads, self.head_dim)
-        attn_output, attn_weights = self._attn(query, key, value, attention_mask)
-        attn_output = self._merge_heads(attn_output, self.num_heads, self.head_dim)
-        attn_output = self.c_proj(attn_output)
-        return self.resid_dropout(attn_output)
+        lower = torch.tril(torch.ones((longest, longest), dtype=torch.bool))
+        self.register_buffer("visible", lower.view(1, 1, longest, longest), persistent=False)
+        self.width, self.heads, self.size = width, heads, width // heads
+        self.packed = FlatProjection(3 * width, width)
+        self.mix = FlatProjection(width, width)
 
-class GPT2MLP(nn.Module):
-    def __init__(self, intermediate_size, embed_dim):
+    def heads_apart(self, x):  # (B, T, E) -> (B, H, T, d)
+        return x.view(x.size()[:-1] + (self.heads, self.size)).permute(0, 2, 1, 3)
+
+    def forward(self, x, extra=None):
+        q, k, v = (self.heads_apart(t) for t in self.packed(x).split(self.width, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        scores = scores / torch.full([], v.size(-1) ** 0.5, dtype=scores.dtype, device=scores.device)
+        tq, tk = q.size(-2), k.size(-2)
+        lowest = torch.full([], torch.finfo(scores.dtype).min, dtype=scores.dtype, device=scores.device)
+        scores = torch.where(self.visible[:, :, tk - tq : tk, :tk], scores.to(scores.dtype), lowest)
+        if extra is not None:
+            scores = scores + extra
+        weights = nn.functional.softmax(scores, dim=-1).type(v.dtype)
+        merged = torch.matmul(weights, v).permute(0, 2, 1, 3).contiguous()
+        return self.mix(merged.view(merged.size()[:-2] + (self.width,)))
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
         super().__init__()
-        self.c_fc = Conv1D(intermediate_size, embed_dim)
-        self.c_proj = Conv1D(embed_dim, intermediate_size)
-        self.act = NewGELUActivation()
-        self.dropout = nn.Dropout(0.0)
-    def forward(self, hidden_states):
-        return self.dropout(self.c_proj(self.act(self.c_fc(hidden_states))))
+        self.before_attention = nn.LayerNorm(width, eps=1e-5)
+        self.attention = CausalAttention(width, heads)
+        self.before_mlp = nn.LayerNorm(width, eps=1e-5)
+        self.grow, self.act = FlatProjection(4 * width, width), TanhGelu()
+        self.shrink = FlatProjection(width, 4 * width)
 
-class GPT2Block(nn.Module):
-    def __init__(self, hidden_size, heads):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(hidden_size, eps=1e-5)
-        self.attn = GPT2Attention(hidden_size, heads)
-        self.ln_2 = nn.LayerNorm(hidden_size, eps=1e-5)
-        self.mlp = GPT2MLP(4 * hidden_size, hidden_size)
-    def forward(self, hidden_states, attention_mask=None):
-        residual = hidden_states
-        hidden_states = self.attn(self.ln_1(hidden_states), attention_mask=attention_mask) + residual
-        residual = hidden_states
-        return residual + self.mlp(self.ln_2(hidden_states))
+    def forward(self, x, extra=None):
+        x = x + self.attention(self.before_attention(x), extra)
+        return x + self.shrink(self.act(self.grow(self.before_mlp(x))))
 
-def extended_mask(attention_mask, dtype):
-    extended = attention_mask[:, None, None, :].to(dtype=dtype)
-    return (1.0 - extended) * torch.finfo(dtype).min
+
+def additive_padding(keep, dtype):  # (B, S) of 1 / 0 -> (B, 1, 1, S) of 0 / the dtype's lowest
+    return (1.0 - keep[:, None, None, :].to(dtype=dtype)) * torch.finfo(dtype).min
 '''
 
 
@@ -396,14 +366,14 @@ def test_a_library_style_gpt2_block_matches_pytorch():
         exec(GPT2_BLOCK, namespace)
         spaces.append(namespace)
     ta.manual_seed(0)
-    ours, theirs = spaces[0]["GPT2Block"](16, 4), spaces[1]["GPT2Block"](16, 4)
+    ours, theirs = spaces[0]["Block"](16, 4), spaces[1]["Block"](16, 4)
     theirs.load_state_dict({k: torch.tensor(v.numpy()) for k, v in ours.state_dict().items()})
     x = np.random.default_rng(0).normal(size=(2, 6, 16)).astype(np.float32)
     keep = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
     a, b = ta.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
     with np.errstate(over="ignore"):  # finfo.min + finfo.min is -inf, as PyTorch's (which does not warn)
-        out = ours(a, spaces[0]["extended_mask"](ta.tensor(keep), ta.float32))
-    expected = theirs(b, spaces[1]["extended_mask"](torch.tensor(keep), torch.float32))
+        out = ours(a, spaces[0]["additive_padding"](ta.tensor(keep), ta.float32))
+    expected = theirs(b, spaces[1]["additive_padding"](torch.tensor(keep), torch.float32))
     np.testing.assert_allclose(out.detach().numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-6)
     g = np.random.default_rng(1).normal(size=x.shape).astype(np.float32)
     out.backward(g)
@@ -413,100 +383,80 @@ def test_a_library_style_gpt2_block_matches_pytorch():
         np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
 
 
-# A vision-transformer block in the idioms of a widely used image-model library (qkv unbound from one
-# permuted projection, scaled_dot_product_attention, LayerScale, DropPath drawn with bernoulli_, a class token),
-# run by renaming imports, against PyTorch from the same weights; then trained a few steps with DropPath on.
+# A vision-transformer in the idioms of image-model libraries, in this project's own words (q, k, v unbound from
+# one permuted projection, scaled_dot_product_attention, a learned per-channel scale, per-sample branch dropping
+# drawn with bernoulli_, a summary token), run by renaming imports, against PyTorch from the same weights; then
+# trained a few steps with the dropping on.
 VIT_BLOCKS = '''
-def drop_path(x, drop_prob=0.0, training=False, scale_by_keep=True):
-    if drop_prob == 0. or not training:
+def skip_sample(x, rate, training):  # keep each sample's branch with probability 1 - rate, rescaled
+    if rate == 0.0 or not training:
         return x
-    keep_prob = 1 - drop_prob
-    shape = (x.shape[0],) + (1,) * (x.ndim - 1)
-    random_tensor = x.new_empty(shape).bernoulli_(keep_prob)
-    if keep_prob > 0.0 and scale_by_keep:
-        random_tensor.div_(keep_prob)
-    return x * random_tensor
+    keep = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(1 - rate)
+    return x * keep.div_(1 - rate)
 
-class DropPath(nn.Module):
-    def __init__(self, drop_prob=0., scale_by_keep=True):
-        super(DropPath, self).__init__()
-        self.drop_prob = drop_prob
-        self.scale_by_keep = scale_by_keep
-    def forward(self, x):
-        return drop_path(x, self.drop_prob, self.training, self.scale_by_keep)
 
-class LayerScale(nn.Module):
-    def __init__(self, dim, init_values=1e-5, inplace=False):
+class Skip(nn.Module):
+    def __init__(self, rate=0.0):
         super().__init__()
-        self.inplace = inplace
-        self.gamma = nn.Parameter(init_values * torch.ones(dim))
-    def forward(self, x):
-        return x.mul_(self.gamma) if self.inplace else x * self.gamma
+        self.rate = rate
 
-class Attention(nn.Module):
-    def __init__(self, dim, num_heads=8, qkv_bias=False, qk_norm=False, attn_drop=0., proj_drop=0.,
-                 norm_layer=nn.LayerNorm):
-        super().__init__()
-        self.num_heads = num_heads
-        self.head_dim = dim // num_heads
-        self.scale = self.head_dim ** -0.5
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        self.q_norm = norm_layer(self.head_dim) if qk_norm else nn.Identity()
-        self.k_norm = norm_layer(self.head_dim) if qk_norm else nn.Identity()
-        self.attn_drop = nn.Dropout(attn_drop)
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop)
     def forward(self, x):
-        B, N, C = x.shape
-        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)
-        q, k = self.q_norm(q), self.k_norm(k)
-        x = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop.p if self.training else 0.)
-        x = x.transpose(1, 2).reshape(B, N, C)
-        x = self.proj(x)
-        return self.proj_drop(x)
+        return skip_sample(x, self.rate, self.training)
 
-class Mlp(nn.Module):
-    def __init__(self, in_features, hidden_features=None, act_layer=nn.GELU, drop=0.):
+
+class Scale(nn.Module):
+    def __init__(self, width, start=1e-5):
         super().__init__()
-        hidden_features = hidden_features or in_features
-        self.fc1 = nn.Linear(in_features, hidden_features)
-        self.act = act_layer()
-        self.drop1 = nn.Dropout(drop)
-        self.fc2 = nn.Linear(hidden_features, in_features)
-        self.drop2 = nn.Dropout(drop)
+        self.gamma = nn.Parameter(start * torch.ones(width))
+
     def forward(self, x):
-        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+        return x * self.gamma
+
+
+class FusedAttention(nn.Module):
+    def __init__(self, width, heads, normed=True):
+        super().__init__()
+        self.heads, self.size = heads, width // heads
+        self.qkv = nn.Linear(width, 3 * width, bias=True)
+        self.q_norm = nn.LayerNorm(self.size) if normed else nn.Identity()
+        self.k_norm = nn.LayerNorm(self.size) if normed else nn.Identity()
+        self.drop = nn.Dropout(0.0)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, self.size).permute(2, 0, 3, 1, 4).unbind(0)
+        out = F.scaled_dot_product_attention(self.q_norm(q), self.k_norm(k), v,
+                                             dropout_p=self.drop.p if self.training else 0.0)
+        return self.proj(out.transpose(1, 2).reshape(b, n, c))
+
 
 class Block(nn.Module):
-    def __init__(self, dim, num_heads, mlp_ratio=4., qkv_bias=True, qk_norm=True, init_values=0.1, drop_path=0.1):
+    def __init__(self, width, heads, rate=0.1):
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
-        self.attn = Attention(dim, num_heads=num_heads, qkv_bias=qkv_bias, qk_norm=qk_norm)
-        self.ls1 = LayerScale(dim, init_values=init_values)
-        self.drop_path1 = DropPath(drop_path)
-        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer=lambda: nn.GELU(approximate="tanh"))
-        self.ls2 = LayerScale(dim, init_values=init_values)
-        self.drop_path2 = DropPath(drop_path)
+        self.pre_attention, self.pre_mlp = nn.LayerNorm(width, eps=1e-6), nn.LayerNorm(width, eps=1e-6)
+        self.attention, self.scale1, self.skip1 = FusedAttention(width, heads), Scale(width, 0.1), Skip(rate)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(approximate="tanh"), nn.Linear(4 * width, width))
+        self.scale2, self.skip2 = Scale(width, 0.1), Skip(rate)
+
     def forward(self, x):
-        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x))))
-        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        x = x + self.skip1(self.scale1(self.attention(self.pre_attention(x))))
+        return x + self.skip2(self.scale2(self.mlp(self.pre_mlp(x))))
+
 
 class Tiny(nn.Module):
-    def __init__(self, dim=16, depth=2, heads=4, n=7, classes=5):
+    def __init__(self, width=16, depth=2, heads=4, patches=7, classes=5):
         super().__init__()
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
-        self.pos_embed = nn.Parameter(torch.randn(1, n + 1, dim) * .02)
-        self.blocks = nn.Sequential(*[Block(dim, heads) for _ in range(depth)])
-        self.norm = nn.LayerNorm(dim, eps=1e-6)
-        self.head = nn.Linear(dim, classes)
-        nn.init.trunc_normal_(self.pos_embed, std=.02)
-        nn.init.normal_(self.cls_token, std=1e-6)
-    def forward(self, x):
-        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), dim=1) + self.pos_embed
-        x = self.norm(self.blocks(x))
-        return self.head(x[:, 0])
+        self.summary = nn.Parameter(torch.zeros(1, 1, width))
+        self.where = nn.Parameter(torch.zeros(1, patches + 1, width))
+        self.blocks = nn.Sequential(*[Block(width, heads) for _ in range(depth)])
+        self.norm, self.head = nn.LayerNorm(width, eps=1e-6), nn.Linear(width, classes)
+        nn.init.trunc_normal_(self.where, std=0.02)
+        nn.init.normal_(self.summary, std=1e-6)
+
+    def forward(self, patches):  # (B, P, E) -> class scores (B, classes) from the summary token
+        x = torch.cat((self.summary.expand(patches.shape[0], -1, -1), patches), dim=1) + self.where
+        return self.head(self.norm(self.blocks(x))[:, 0])
 '''
 
 
@@ -532,7 +482,7 @@ def test_a_library_style_vision_transformer_matches_pytorch():
     np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-4, atol=1e-6)
     for (name, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters()):
         np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=name)
-    ours.train()  # DropPath and its bernoulli_ draws on
+    ours.train()  # the branch dropping and its bernoulli_ draws on
     optimizer = ta.optim.AdamW(ours.parameters(), lr=1e-2)
     losses = []
     for _ in range(8):
@@ -544,24 +494,21 @@ def test_a_library_style_vision_transformer_matches_pytorch():
     assert losses[-1] < losses[0]
 
 
-# minGPT's way of sorting parameters into decay / no-decay groups: named_modules, then each module's own
-# named_parameters, matched against the whole model's names.
+# Sorting parameters into weight-decay groups as small GPT trainers do: named_modules, then each module's own
+# named_parameters(recurse=False), matched against the whole model's names.
 MINGPT_GROUPS = '''
 def groups(model):
-    decay, no_decay = set(), set()
-    whitelist, blacklist = (torch.nn.Linear,), (torch.nn.LayerNorm, torch.nn.Embedding)
-    for mn, m in model.named_modules():
-        for pn, p in m.named_parameters(recurse=False):
-            fpn = "%s.%s" % (mn, pn) if mn else pn
-            if pn.endswith("bias"):
-                no_decay.add(fpn)
-            elif pn.endswith("weight") and isinstance(m, whitelist):
-                decay.add(fpn)
-            elif pn.endswith("weight") and isinstance(m, blacklist):
-                no_decay.add(fpn)
-    param_dict = {pn: p for pn, p in model.named_parameters()}
-    assert len(decay & no_decay) == 0 and len(param_dict.keys() - (decay | no_decay)) == 0
-    return sorted(decay), sorted(no_decay)
+    decayed, plain = set(), set()
+    for module_name, module in model.named_modules():
+        for name, _ in module.named_parameters(recurse=False):
+            full = f"{module_name}.{name}" if module_name else name
+            if name.endswith("bias") or isinstance(module, (torch.nn.LayerNorm, torch.nn.Embedding)):
+                plain.add(full)
+            elif isinstance(module, torch.nn.Linear):
+                decayed.add(full)
+    everything = {name for name, _ in model.named_parameters()}
+    assert not decayed & plain and not everything - (decayed | plain)
+    return sorted(decayed), sorted(plain)
 
 
 def model():
@@ -577,7 +524,7 @@ def model():
 '''
 
 
-def test_mingpt_parameter_groups_and_recurse():
+def test_weight_decay_groups_and_recurse():
     spaces = []
     libs = [ta]
     try:
@@ -602,124 +549,97 @@ def test_mingpt_parameter_groups_and_recurse():
         assert ours == spaces[1]
 
 
-# A Llama decoder layer in the idioms of a widely used model library (rotate_half rotary embeddings under
-# autocast(enabled=False), repeat_kv through expand, RMSNorm in float32, a float causal mask built with in-place
-# products, expand, clone and a masked slice assignment, left padding), against PyTorch from the same weights.
+# A Llama-style decoder layer in the idioms of model libraries, in this project's own words (rotary angles under
+# autocast(enabled=False) and a half-turn rotation, kv heads shared through expand, RMS norm in float32, a float
+# causal mask built with in-place products, expand, clone and a masked slice assignment, left padding), against
+# PyTorch from the same weights.
 LLAMA_LAYER = '''
-class LlamaRMSNorm(nn.Module):
-    def __init__(self, hidden_size, eps=1e-6):
+class RootMeanSquareNorm(nn.Module):
+    def __init__(self, width, eps=1e-6):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.variance_epsilon = eps
-    def forward(self, hidden_states):
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * hidden_states.to(input_dtype)
+        self.weight, self.eps = nn.Parameter(torch.ones(width)), eps
 
-class LlamaRotaryEmbedding(nn.Module):
-    def __init__(self, dim, base=10000):
-        super().__init__()
-        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
-    @torch.no_grad()
-    def forward(self, x, position_ids):
-        inv_freq_expanded = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
-        position_ids_expanded = position_ids[:, None, :].float()
-        with torch.autocast(device_type="cpu", enabled=False):
-            freqs = (inv_freq_expanded.float() @ position_ids_expanded.float()).transpose(1, 2)
-            emb = torch.cat((freqs, freqs), dim=-1)
-            cos = emb.cos()
-            sin = emb.sin()
-        return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
-
-def rotate_half(x):
-    x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2 :]
-    return torch.cat((-x2, x1), dim=-1)
-
-def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-    cos = cos.unsqueeze(unsqueeze_dim)
-    sin = sin.unsqueeze(unsqueeze_dim)
-    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
-
-def repeat_kv(hidden_states, n_rep):
-    batch, num_key_value_heads, slen, head_dim = hidden_states.shape
-    if n_rep == 1:
-        return hidden_states
-    hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
-    return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
-
-class LlamaMLP(nn.Module):
-    def __init__(self, hidden, inter):
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, inter, bias=False)
-        self.up_proj = nn.Linear(hidden, inter, bias=False)
-        self.down_proj = nn.Linear(inter, hidden, bias=False)
-        self.act_fn = nn.SiLU()
     def forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        given = x.dtype
+        x = x.to(torch.float32)
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(given)
 
-class LlamaSdpaAttention(nn.Module):
-    def __init__(self, hidden, heads, kv_heads):
+
+class Angles(nn.Module):
+    def __init__(self, size, base=10000):
         super().__init__()
-        self.num_heads, self.head_dim, self.num_key_value_heads = heads, hidden // heads, kv_heads
-        self.num_key_value_groups = heads // kv_heads
-        self.q_proj = nn.Linear(hidden, heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(hidden, hidden, bias=False)
-        self.rotary_emb = LlamaRotaryEmbedding(self.head_dim)
-    def forward(self, hidden_states, attention_mask, position_ids):
-        bsz, q_len, _ = hidden_states.size()
-        query_states = self.q_proj(hidden_states).view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
-        kv_shape = (bsz, q_len, self.num_key_value_heads, self.head_dim)
-        key_states = self.k_proj(hidden_states).view(kv_shape).transpose(1, 2)
-        value_states = self.v_proj(hidden_states).view(kv_shape).transpose(1, 2)
-        cos, sin = self.rotary_emb(value_states, position_ids)
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
-        key_states = repeat_kv(key_states, self.num_key_value_groups)
-        value_states = repeat_kv(value_states, self.num_key_value_groups)
-        causal_mask = attention_mask
-        if attention_mask is not None:
-            causal_mask = causal_mask[:, :, :, : key_states.shape[-2]]
-        query_states = query_states.contiguous()
-        key_states = key_states.contiguous()
-        value_states = value_states.contiguous()
-        attn_output = torch.nn.functional.scaled_dot_product_attention(
-            query_states, key_states, value_states, attn_mask=causal_mask, dropout_p=0.0,
-            is_causal=causal_mask is None and q_len > 1)
-        attn_output = attn_output.transpose(1, 2).contiguous().view(bsz, q_len, -1)
-        return self.o_proj(attn_output)
+        rates = 1.0 / (base ** (torch.arange(0, size, 2, dtype=torch.int64).float() / size))
+        self.register_buffer("rates", rates, persistent=False)
 
-def update_causal_mask(attention_mask, input_tensor, cache_position):
-    dtype = input_tensor.dtype
-    min_dtype = torch.finfo(dtype).min
-    sequence_length = input_tensor.shape[1]
-    target_length = attention_mask.shape[-1]
-    causal_mask = torch.full((sequence_length, target_length), fill_value=min_dtype, dtype=dtype)
-    if sequence_length != 1:
-        causal_mask = torch.triu(causal_mask, diagonal=1)
-    causal_mask *= torch.arange(target_length) > cache_position.reshape(-1, 1)
-    causal_mask = causal_mask[None, None, :, :].expand(input_tensor.shape[0], 1, -1, -1)
-    causal_mask = causal_mask.clone()
-    mask_length = attention_mask.shape[-1]
-    padding_mask = causal_mask[:, :, :, :mask_length] + attention_mask[:, None, None, :]
-    padding_mask = padding_mask == 0
-    causal_mask[:, :, :, :mask_length] = causal_mask[:, :, :, :mask_length].masked_fill(padding_mask, min_dtype)
-    return causal_mask
+    @torch.no_grad()
+    def forward(self, like, positions):  # -> cos, sin (B, T, size)
+        rates = self.rates[None, :, None].float().expand(positions.shape[0], -1, 1)
+        with torch.autocast(device_type="cpu", enabled=False):
+            turns = (rates.float() @ positions[:, None, :].float()).transpose(1, 2)
+            both = torch.cat((turns, turns), dim=-1)
+            return both.cos().to(dtype=like.dtype), both.sin().to(dtype=like.dtype)
+
+
+def half_turn(x):
+    first, second = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat((-second, first), dim=-1)
+
+
+def share_heads(x, times):  # (B, Hkv, T, d) -> (B, Hkv * times, T, d)
+    b, kv, t, d = x.shape
+    return x if times == 1 else x[:, :, None, :, :].expand(b, kv, times, t, d).reshape(b, kv * times, t, d)
+
+
+class GroupedAttention(nn.Module):
+    def __init__(self, width, heads, kv_heads):
+        super().__init__()
+        self.heads, self.kv_heads, self.size = heads, kv_heads, width // heads
+        self.q = nn.Linear(width, heads * self.size, bias=False)
+        self.k = nn.Linear(width, kv_heads * self.size, bias=False)
+        self.v = nn.Linear(width, kv_heads * self.size, bias=False)
+        self.o = nn.Linear(width, width, bias=False)
+        self.angles = Angles(self.size)
+
+    def forward(self, x, mask, positions):
+        b, t, _ = x.size()
+        q = self.q(x).view(b, t, self.heads, self.size).transpose(1, 2)
+        k = self.k(x).view(b, t, self.kv_heads, self.size).transpose(1, 2)
+        v = self.v(x).view(b, t, self.kv_heads, self.size).transpose(1, 2)
+        cos, sin = (c.unsqueeze(1) for c in self.angles(v, positions))
+        q, k = q * cos + half_turn(q) * sin, k * cos + half_turn(k) * sin
+        times = self.heads // self.kv_heads
+        k, v = share_heads(k, times).contiguous(), share_heads(v, times).contiguous()
+        mask = None if mask is None else mask[:, :, :, : k.shape[-2]]
+        out = torch.nn.functional.scaled_dot_product_attention(q.contiguous(), k, v, attn_mask=mask, dropout_p=0.0,
+                                                               is_causal=mask is None and t > 1)
+        return self.o(out.transpose(1, 2).contiguous().view(b, t, -1))
+
+
+def build_mask(keep, like, steps):  # (B, S) 1 / 0 -> (B, 1, T, S) additive: the future and padding at the lowest
+    lowest = torch.finfo(like.dtype).min
+    t, s = like.shape[1], keep.shape[-1]
+    mask = torch.full((t, s), fill_value=lowest, dtype=like.dtype)
+    if t != 1:
+        mask = torch.triu(mask, diagonal=1)
+    mask *= torch.arange(s) > steps.reshape(-1, 1)
+    mask = mask[None, None, :, :].expand(like.shape[0], 1, -1, -1).clone()
+    hidden = (mask[:, :, :, :s] + keep[:, None, None, :]) == 0
+    mask[:, :, :, :s] = mask[:, :, :, :s].masked_fill(hidden, lowest)
+    return mask
+
 
 class Layer(nn.Module):
-    def __init__(self, hidden=16, heads=4, kv_heads=2, inter=24):
+    def __init__(self, width=16, heads=4, kv_heads=2, hidden=24):
         super().__init__()
-        self.self_attn = LlamaSdpaAttention(hidden, heads, kv_heads)
-        self.mlp = LlamaMLP(hidden, inter)
-        self.input_layernorm = LlamaRMSNorm(hidden)
-        self.post_attention_layernorm = LlamaRMSNorm(hidden)
-    def forward(self, x, attention_mask, position_ids):
-        h = x + self.self_attn(self.input_layernorm(x), attention_mask, position_ids)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        self.attention = GroupedAttention(width, heads, kv_heads)
+        self.gate, self.up = nn.Linear(width, hidden, bias=False), nn.Linear(width, hidden, bias=False)
+        self.down, self.act = nn.Linear(hidden, width, bias=False), nn.SiLU()
+        self.norm1, self.norm2 = RootMeanSquareNorm(width), RootMeanSquareNorm(width)
+
+    def forward(self, x, mask, positions):
+        h = x + self.attention(self.norm1(x), mask, positions)
+        y = self.norm2(h)
+        return h + self.down(self.act(self.gate(y)) * self.up(y))
 '''
 
 
@@ -741,7 +661,7 @@ def test_a_library_style_llama_layer_with_left_padding_matches_pytorch():
     for lib, model, namespace in ((ta, ours, spaces[0]), (torch, theirs, spaces[1])):
         given = lib.tensor(x, requires_grad=True)
         with np.errstate(over="ignore"):  # finfo.min + finfo.min is -inf, as PyTorch's (which does not warn)
-            mask = namespace["update_causal_mask"](lib.tensor(keep), given, lib.arange(5))
+            mask = namespace["build_mask"](lib.tensor(keep), given, lib.arange(5))
             out = model(given, mask, lib.tensor(positions))
         out.backward(lib.tensor(np.random.default_rng(1).normal(size=out.shape).astype(np.float32)))
         results.append((mask.numpy(), out.detach().numpy(), given.grad.numpy(),

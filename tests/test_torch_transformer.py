@@ -314,94 +314,82 @@ def test_transformer_matches_torch():
         ours.encoder.layers[0](ta.Tensor(src), is_causal=True)
 
 
-# PyTorch's translation tutorial's model and masks (nn.Transformer, pad_sequence, a float causal mask built by
-# masked_fill, bool padding masks, encoder and decoder called apart), run by renaming imports.
+# A translation model in the idioms of PyTorch's translation tutorial, in this project's own words
+# (nn.Transformer, pad_sequence, a float causal mask built by masked_fill, bool padding masks, the encoder and
+# decoder called apart for greedy decoding), run by renaming imports.
 TRANSLATION = '''
-PAD_IDX, BOS_IDX, EOS_IDX = 1, 2, 3
+PAD, START, END = 1, 2, 3
 
 
-class PositionalEncoding(nn.Module):
-    def __init__(self, emb_size, dropout, maxlen=64):
-        super(PositionalEncoding, self).__init__()
-        den = torch.exp(- torch.arange(0, emb_size, 2) * math.log(10000) / emb_size)
-        pos = torch.arange(0, maxlen).reshape(maxlen, 1)
-        pos_embedding = torch.zeros((maxlen, emb_size))
-        pos_embedding[:, 0::2] = torch.sin(pos * den)
-        pos_embedding[:, 1::2] = torch.cos(pos * den)
-        self.dropout = nn.Dropout(dropout)
-        self.register_buffer("pos_embedding", pos_embedding.unsqueeze(-2))
+class Positions(nn.Module):
+    def __init__(self, width, length=64):
+        super(Positions, self).__init__()
+        rate = torch.exp(- torch.arange(0, width, 2) * math.log(10000) / width)
+        where = torch.arange(0, length).reshape(length, 1)
+        table = torch.zeros((length, width))
+        table[:, 0::2] = torch.sin(where * rate)
+        table[:, 1::2] = torch.cos(where * rate)
+        self.register_buffer("table", table.unsqueeze(-2))  # (L, 1, E)
 
-    def forward(self, token_embedding):
-        return self.dropout(token_embedding + self.pos_embedding[:token_embedding.size(0), :])
-
-
-class Seq2SeqTransformer(nn.Module):
-    def __init__(self, layers, emb_size, nhead, vocab, dim_feedforward):
-        super(Seq2SeqTransformer, self).__init__()
-        self.transformer = nn.Transformer(d_model=emb_size, nhead=nhead, num_encoder_layers=layers,
-                                          num_decoder_layers=layers, dim_feedforward=dim_feedforward, dropout=0.0)
-        self.generator = nn.Linear(emb_size, vocab)
-        self.src_tok_emb, self.tgt_tok_emb = nn.Embedding(vocab, emb_size), nn.Embedding(vocab, emb_size)
-        self.positional_encoding = PositionalEncoding(emb_size, dropout=0.0)
-        self.scale = math.sqrt(emb_size)
-
-    def forward(self, src, trg, src_mask, tgt_mask, src_padding_mask, tgt_padding_mask, memory_key_padding_mask):
-        src_emb = self.positional_encoding(self.src_tok_emb(src.long()) * self.scale)
-        tgt_emb = self.positional_encoding(self.tgt_tok_emb(trg.long()) * self.scale)
-        outs = self.transformer(src_emb, tgt_emb, src_mask, tgt_mask, None, src_padding_mask, tgt_padding_mask,
-                                memory_key_padding_mask)
-        return self.generator(outs)
-
-    def encode(self, src, src_mask):
-        return self.transformer.encoder(self.positional_encoding(self.src_tok_emb(src) * self.scale), src_mask)
-
-    def decode(self, tgt, memory, tgt_mask):
-        return self.transformer.decoder(self.positional_encoding(self.tgt_tok_emb(tgt) * self.scale), memory,
-                                        tgt_mask)
+    def forward(self, x):  # (T, B, E)
+        return x + self.table[:x.size(0), :]
 
 
-def generate_square_subsequent_mask(sz):
-    mask = (torch.triu(torch.ones((sz, sz))) == 1).transpose(0, 1)
-    return mask.float().masked_fill(mask == 0, float("-inf")).masked_fill(mask == 1, float(0.0))
+class Translator(nn.Module):
+    def __init__(self, depth, width, heads, vocab, hidden):
+        super(Translator, self).__init__()
+        self.core = nn.Transformer(d_model=width, nhead=heads, num_encoder_layers=depth,
+                                   num_decoder_layers=depth, dim_feedforward=hidden, dropout=0.0)
+        self.read, self.write = nn.Embedding(vocab, width), nn.Embedding(vocab, width)
+        self.positions = Positions(width)
+        self.head = nn.Linear(width, vocab)
+        self.scale = math.sqrt(width)
+
+    def embed(self, table, tokens):
+        return self.positions(table(tokens.long()) * self.scale)
+
+    def forward(self, src, tgt, src_mask, tgt_mask, src_pad, tgt_pad):
+        out = self.core(self.embed(self.read, src), self.embed(self.write, tgt), src_mask, tgt_mask, None, src_pad,
+                        tgt_pad, src_pad)
+        return self.head(out)
 
 
-def create_mask(src, tgt):
-    src_mask = torch.zeros((src.shape[0], src.shape[0])).type(torch.bool)
-    return src_mask, generate_square_subsequent_mask(tgt.shape[0]), (src == PAD_IDX).transpose(0, 1), (
-        tgt == PAD_IDX).transpose(0, 1)
+def future_mask(n):
+    allowed = (torch.triu(torch.ones((n, n))) == 1).transpose(0, 1)  # True on and below the diagonal
+    return allowed.float().masked_fill(allowed == 0, float("-inf")).masked_fill(allowed == 1, float(0.0))
 
 
-def train(model, pairs):
-    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=PAD_IDX)
+def fit(model, batches):
+    criterion = torch.nn.CrossEntropyLoss(ignore_index=PAD)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.001, betas=(0.9, 0.98), eps=1e-9)
     model.train()
     losses = []
-    for batch in pairs:
-        src = pad_sequence([torch.tensor(s) for s, _ in batch], padding_value=PAD_IDX)
-        tgt = pad_sequence([torch.tensor(t) for _, t in batch], padding_value=PAD_IDX)
-        tgt_input = tgt[:-1, :]
-        src_mask, tgt_mask, src_padding_mask, tgt_padding_mask = create_mask(src, tgt_input)
-        logits = model(src, tgt_input, src_mask, tgt_mask, src_padding_mask, tgt_padding_mask, src_padding_mask)
+    for batch in batches:
+        src = pad_sequence([torch.tensor(s) for s, _ in batch], padding_value=PAD)  # (S, B)
+        tgt = pad_sequence([torch.tensor(t) for _, t in batch], padding_value=PAD)  # (T + 1, B)
+        given = tgt[:-1, :]
+        src_mask = torch.zeros((src.shape[0], src.shape[0])).type(torch.bool)
+        logits = model(src, given, src_mask, future_mask(given.shape[0]), (src == PAD).transpose(0, 1),
+                       (given == PAD).transpose(0, 1))
         optimizer.zero_grad()
-        loss = loss_fn(logits.reshape(-1, logits.shape[-1]), tgt[1:, :].reshape(-1))
+        loss = criterion(logits.reshape(-1, logits.shape[-1]), tgt[1:, :].reshape(-1))
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
     return losses
 
 
-def greedy_decode(model, src, max_len):
+def decode_greedy(model, src, limit):
     model.eval()
-    memory = model.encode(src, torch.zeros(src.shape[0], src.shape[0]).type(torch.bool))
-    ys = torch.ones(1, 1).fill_(BOS_IDX).type(torch.long)
-    for _ in range(max_len - 1):
-        tgt_mask = generate_square_subsequent_mask(ys.size(0)).type(torch.bool)
-        prob = model.generator(model.decode(ys, memory, tgt_mask).transpose(0, 1)[:, -1])
-        _, next_word = torch.max(prob, dim=1)
-        ys = torch.cat([ys, torch.ones(1, 1).type_as(src.data).fill_(next_word.item())], dim=0)
-        if next_word.item() == EOS_IDX:
+    memory = model.core.encoder(model.embed(model.read, src), torch.zeros(src.shape[0], src.shape[0]).type(torch.bool))
+    out = torch.ones(1, 1).fill_(START).type(torch.long)
+    for _ in range(limit - 1):
+        hidden = model.core.decoder(model.embed(model.write, out), memory, future_mask(out.size(0)).type(torch.bool))
+        _, best = torch.max(model.head(hidden.transpose(0, 1)[:, -1]), dim=1)
+        out = torch.cat([out, torch.ones(1, 1).type_as(src.data).fill_(best.item())], dim=0)
+        if best.item() == END:
             break
-    return ys.flatten().tolist()
+    return out.flatten().tolist()
 '''
 
 
@@ -417,8 +405,8 @@ def test_pytorchs_translation_tutorial_trains_the_same_by_renaming_imports():
         programs.append(namespace)
     ours, theirs = programs
     ta.manual_seed(0)
-    model = ours["Seq2SeqTransformer"](2, 16, 2, 12, 32)
-    twin = theirs["Seq2SeqTransformer"](2, 16, 2, 12, 32)
+    model = ours["Translator"](2, 16, 2, 12, 32)
+    twin = theirs["Translator"](2, 16, 2, 12, 32)
     twin.load_state_dict({k: torch.tensor(v.numpy()) for k, v in model.state_dict().items()})
     rng = np.random.default_rng(8)
     pairs = []
@@ -428,9 +416,9 @@ def test_pytorchs_translation_tutorial_trains_the_same_by_renaming_imports():
             s = [int(v) for v in rng.integers(4, 12, int(rng.integers(2, 6)))]
             batch.append(([2] + s + [3], [2] + s[::-1] + [3]))
         pairs.append(batch)
-    np.testing.assert_allclose(ours["train"](model, pairs), theirs["train"](twin, pairs), rtol=1e-4)
+    np.testing.assert_allclose(ours["fit"](model, pairs), theirs["fit"](twin, pairs), rtol=1e-4)
     src = [[2], [5], [6], [7], [3]]
-    assert ours["greedy_decode"](model, ta.tensor(src), 8) == theirs["greedy_decode"](twin, torch.tensor(src), 8)
+    assert ours["decode_greedy"](model, ta.tensor(src), 8) == theirs["decode_greedy"](twin, torch.tensor(src), 8)
 
 
 @pytest.mark.parametrize("batch_first,side", [(False, "right"), (True, "left")])
