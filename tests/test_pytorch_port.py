@@ -290,6 +290,20 @@ def test_parameter_list_and_dict_name_and_train_their_parameters():
     assert [n for n, _ in Biases(torch).named_parameters()] == ["bs.0", "bs.1", "bs.2", "bs.3", "d.scale"]
 
 
+def _twins(source, torch, name, *args):
+    """`source` run under this library and under PyTorch (the same text), and its model `name`(*args) built in
+    each, PyTorch's loaded with ours's weights: (our namespace, PyTorch's, our model, PyTorch's)."""
+    spaces = []
+    for lib in (ta, torch):
+        namespace = dict(torch=lib, nn=lib.nn, F=lib.nn.functional, math=math)
+        exec(source, namespace)
+        spaces.append(namespace)
+    ta.manual_seed(0)
+    ours, theirs = spaces[0][name](*args), spaces[1][name](*args)
+    theirs.load_state_dict({k: torch.tensor(v.numpy()) for k, v in ours.state_dict().items()})
+    return spaces[0], spaces[1], ours, theirs
+
+
 # A GPT-2-style block in the idioms of model libraries, in this project's own words ((in, out) weights through
 # addmm, finfo's minimum as the mask value, a bool causal buffer through torch.where, size()[:-1] + (n,)
 # shapes, split / permute / view), run by renaming imports, against PyTorch from the same weights.
@@ -360,20 +374,13 @@ def additive_padding(keep, dtype):  # (B, S) of 1 / 0 -> (B, 1, 1, S) of 0 / the
 @pytest.mark.torch_parity
 def test_a_library_style_gpt2_block_matches_pytorch():
     torch = pytest.importorskip("torch")
-    spaces = []
-    for lib in (ta, torch):
-        namespace = dict(torch=lib, nn=lib.nn, math=math)
-        exec(GPT2_BLOCK, namespace)
-        spaces.append(namespace)
-    ta.manual_seed(0)
-    ours, theirs = spaces[0]["Block"](16, 4), spaces[1]["Block"](16, 4)
-    theirs.load_state_dict({k: torch.tensor(v.numpy()) for k, v in ours.state_dict().items()})
+    mine, yours, ours, theirs = _twins(GPT2_BLOCK, torch, "Block", 16, 4)
     x = np.random.default_rng(0).normal(size=(2, 6, 16)).astype(np.float32)
     keep = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
     a, b = ta.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
     with np.errstate(over="ignore"):  # finfo.min + finfo.min is -inf, as PyTorch's (which does not warn)
-        out = ours(a, spaces[0]["additive_padding"](ta.tensor(keep), ta.float32))
-    expected = theirs(b, spaces[1]["additive_padding"](torch.tensor(keep), torch.float32))
+        out = ours(a, mine["additive_padding"](ta.tensor(keep), ta.float32))
+    expected = theirs(b, yours["additive_padding"](torch.tensor(keep), torch.float32))
     np.testing.assert_allclose(out.detach().numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-6)
     g = np.random.default_rng(1).normal(size=x.shape).astype(np.float32)
     out.backward(g)
@@ -463,14 +470,7 @@ class Tiny(nn.Module):
 @pytest.mark.torch_parity
 def test_a_library_style_vision_transformer_matches_pytorch():
     torch = pytest.importorskip("torch")
-    spaces = []
-    for lib in (ta, torch):
-        namespace = dict(torch=lib, nn=lib.nn, F=lib.nn.functional, math=math)
-        exec(VIT_BLOCKS, namespace)
-        spaces.append(namespace)
-    ta.manual_seed(0)
-    ours, theirs = spaces[0]["Tiny"](), spaces[1]["Tiny"]()
-    theirs.load_state_dict({k: torch.tensor(v.numpy()) for k, v in ours.state_dict().items()})
+    _, _, ours, theirs = _twins(VIT_BLOCKS, torch, "Tiny")
     ours.eval()
     theirs.eval()
     x = np.random.default_rng(0).normal(size=(3, 7, 16)).astype(np.float32)
@@ -646,19 +646,12 @@ class Layer(nn.Module):
 @pytest.mark.torch_parity
 def test_a_library_style_llama_layer_with_left_padding_matches_pytorch():
     torch = pytest.importorskip("torch")
-    spaces = []
-    for lib in (ta, torch):
-        namespace = dict(torch=lib, nn=lib.nn, math=math)
-        exec(LLAMA_LAYER, namespace)
-        spaces.append(namespace)
-    ta.manual_seed(0)
-    ours, theirs = spaces[0]["Layer"](), spaces[1]["Layer"]()
-    theirs.load_state_dict({k: torch.tensor(v.numpy()) for k, v in ours.state_dict().items()})
+    mine, yours, ours, theirs = _twins(LLAMA_LAYER, torch, "Layer")
     x = np.random.default_rng(0).normal(size=(2, 5, 16)).astype(np.float32)
     keep = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])  # the second sequence padded on the left
     positions = np.array([[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]])
     results = []
-    for lib, model, namespace in ((ta, ours, spaces[0]), (torch, theirs, spaces[1])):
+    for lib, model, namespace in ((ta, ours, mine), (torch, theirs, yours)):
         given = lib.tensor(x, requires_grad=True)
         with np.errstate(over="ignore"):  # finfo.min + finfo.min is -inf, as PyTorch's (which does not warn)
             mask = namespace["build_mask"](lib.tensor(keep), given, lib.arange(5))
