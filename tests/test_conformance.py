@@ -99,7 +99,10 @@ RANDOM = {  # name -> f(library): shape, dtype and range compared (the draws the
     "bernoulli": lambda m: m.bernoulli(m.full((3, 4), 0.5)) + m.zeros(2, 1).bernoulli_(0.5)[:, :, None],
 }
 CHECKED_ELSEWHERE = {  # test files that compare these with PyTorch themselves
-    "test_tensor_surface.py": ["finfo", "iinfo", "Generator", "default_generator", "initial_seed", "autocast"],
+    "test_tensor_surface.py": ["finfo", "iinfo", "Generator", "default_generator", "initial_seed", "autocast", "Size",
+                               "set_float32_matmul_precision", "get_float32_matmul_precision",
+                               "use_deterministic_algorithms", "are_deterministic_algorithms_enabled",
+                               "set_num_interop_threads", "get_num_interop_threads"],
     "test_ops_breadth.py": ["einsum", "diagonal", "meshgrid", "std_mean", "var_mean"],
     "test_serialization.py": ["save", "load"],
     "test_attention_core.py": ["set_num_threads", "get_num_threads"],

@@ -335,3 +335,33 @@ def test_generator_programs_run_as_in_pytorch():
         assert lib.default_generator.initial_seed() == 1
         with lib.autocast(device_type="cpu", dtype=lib.bfloat16, enabled=False):  # nanoGPT's context, off on a CPU
             assert str(lib.ones(2).dtype).endswith("float32")
+
+
+@pytest.mark.torch_parity
+def test_layout_queries_shape_helpers_and_process_settings_match_pytorch():
+    torch = pytest.importorskip("torch")
+    x = np.arange(24.0, dtype=np.float32).reshape(2, 3, 4)
+    for lib in (ta, torch):
+        t = lib.tensor(x)
+        views = [t, t.transpose(0, 2), t[1:, ::2], t[:, 1], t.permute(2, 0, 1)[1:]]
+        facts = [(v.stride(), v.stride(-1), v.is_contiguous(), v.storage_offset(), v.nbytes, v.itemsize)
+                 for v in views]
+        shaped = [tuple(lib.ones(8).view_as(t[0, :2]).shape), tuple(lib.ones(12).reshape_as(t[0]).shape),
+                  tuple(lib.ones(1, 4).expand_as(t[0]).shape), tuple(lib.ones(1, 3, 1).squeeze((0, 2)).shape),
+                  tuple(lib.ones(1, 3, 1).squeeze((1,)).shape), str(lib.cumsum(lib.tensor([1, 2]), 0,
+                                                                          dtype=lib.float32).dtype).split(".")[-1],
+                  lib.pow(2, lib.tensor([1.0, 3.0])).tolist(), tuple(lib.Size([2, 3])), lib.Size([2, 3]).numel()]
+        lib.set_float32_matmul_precision("high")
+        lib.use_deterministic_algorithms(True)
+        settings = (lib.get_float32_matmul_precision(), lib.are_deterministic_algorithms_enabled(),
+                    type(lib.get_num_interop_threads()).__name__)
+        lib.set_float32_matmul_precision("highest")
+        lib.use_deterministic_algorithms(False)
+        if lib is ta:
+            ours = (facts, shaped, settings)
+    assert ours == (facts, shaped, settings)
+    with pytest.raises(ValueError, match="precision must be"):
+        ta.set_float32_matmul_precision("fast")
+    ta.set_num_interop_threads(2)  # PyTorch refuses it once its threads have started, so it is not called there
+    assert ta.get_num_interop_threads() == 2
+    ta.set_num_interop_threads(1)

@@ -101,6 +101,7 @@ from .tensor_functions import (
     FloatTensor,
     IntTensor,
     LongTensor,
+    Size,
     abs,  # noqa: A004
     acos,
     acosh,
@@ -111,6 +112,7 @@ from .tensor_functions import (
     amax,
     amin,
     any,  # noqa: A004
+    are_deterministic_algorithms_enabled,
     argmax,
     argmin,
     argsort,
@@ -156,6 +158,8 @@ from .tensor_functions import (
     gather,
     ge,
     get_default_dtype,
+    get_float32_matmul_precision,
+    get_num_interop_threads,
     gt,
     iinfo,
     index_select,
@@ -206,6 +210,8 @@ from .tensor_functions import (
     round,  # noqa: A004
     rsqrt,
     select,
+    set_float32_matmul_precision,
+    set_num_interop_threads,
     sigmoid,
     sign,
     sin,
@@ -233,6 +239,7 @@ from .tensor_functions import (
     unflatten,
     unique,
     unsqueeze,
+    use_deterministic_algorithms,
     var,
     var_mean,
 )
@@ -257,7 +264,9 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"torch.{name} is not supported here (tinygrad_attn.{name} does not exist); use {instead}")
 
 
-__all__ = ["Generator", "autocast", "default_generator", "initial_seed",
+__all__ = ["Generator", "autocast", "default_generator", "initial_seed", "Size", "set_float32_matmul_precision",
+           "get_float32_matmul_precision", "use_deterministic_algorithms", "are_deterministic_algorithms_enabled",
+           "set_num_interop_threads", "get_num_interop_threads",
            "amp", "compile", "addmm", "baddbmm", "bernoulli", "clamp_max", "clamp_min", "count_nonzero", "dot",
            "finfo", "iinfo",
            "index_select", "movedim", "narrow", "select", "swapaxes", "swapdims", "take_along_dim", "tile",

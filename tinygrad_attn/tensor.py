@@ -729,7 +729,10 @@ class Tensor(Node):
         return Tensor._result(np.stack(found, axis=1).astype(np.int64) if found else np.zeros((0, 0), np.int64),
                               None)
 
-    def cumsum(self, dim: int) -> Tensor:
+    def cumsum(self, dim: int, *, dtype: Any = None) -> Tensor:
+        """Running sums along `dim`; `dtype` casts the input first, as PyTorch's."""
+        if dtype is not None:
+            return self.astype(dtype).cumsum(dim)
         axis = normalize_dim(dim, self.ndim, "cumsum")
         if self.ndim == 0:  # the cumulative sum of one number is itself, 0-d (integers as int64, as PyTorch)
             return self.astype(np.int64) if self.dtype.kind in "iub" else self.clone()
@@ -1325,6 +1328,31 @@ class Tensor(Node):
     def is_floating_point(self) -> bool: return self.dtype.kind == "f"
     def element_size(self) -> int: return self.dtype.itemsize
 
+    @property
+    def itemsize(self) -> int: return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int: return self._data.nbytes
+
+    def stride(self, dim: int | None = None) -> Any:
+        """Steps between neighbours along each dim, in elements (numpy's strides / itemsize), as PyTorch's."""
+        steps = tuple(s // self.dtype.itemsize for s in self._data.strides)
+        return steps if dim is None else steps[normalize_dim(dim, self.ndim, "stride")]
+
+    def is_contiguous(self) -> bool: return bool(self._data.flags.c_contiguous)
+
+    def storage_offset(self) -> int:
+        """Elements between the start of the memory this tensor views and its first entry."""
+        base = self._data
+        while base.base is not None and isinstance(base.base, np.ndarray):
+            base = base.base
+        start = self._data.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        return start // self.dtype.itemsize
+
+    def view_as(self, other: Tensor) -> Tensor: return self.view(check_tensor(other, "view_as", "other").shape)
+    def reshape_as(self, other: Tensor) -> Tensor: return self.reshape(check_tensor(other, "reshape_as", "other").shape)
+    def expand_as(self, other: Tensor) -> Tensor: return self.expand(check_tensor(other, "expand_as", "other").shape)
+
     # --- bool and integer bitwise operators (combine masks: causal & padding) ---------
     def _bitwise(self, fn: Any, other: Any, name: str) -> Tensor:
         if _traced(other) is not None:  # a traced stand-in (flex attention's modifiers): its own operator
@@ -1622,13 +1650,15 @@ class Tensor(Node):
         dim = normalize_dim(dim, self.ndim + 1, "unsqueeze")
         return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
 
-    def squeeze(self, dim: int | None = None) -> Tensor:
+    def squeeze(self, dim: Any = None) -> Tensor:
+        """The size-1 dims removed: all of them, or those of `dim` (an int or a tuple) that have size 1."""
         if dim is None:
             return self.reshape(tuple(n for n in self.shape if n != 1))
-        dim = normalize_dim(dim, self.ndim, "squeeze")
-        if self.shape[dim] != 1:
+        dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+        drop = {d for d in (normalize_dim(d, self.ndim, "squeeze") for d in dims) if self.shape[d] == 1}
+        if not drop:
             return self
-        return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
+        return self.reshape(tuple(n for i, n in enumerate(self.shape) if i not in drop))
 
     def __getitem__(self, index: Any) -> Tensor:
         if _basic_index(index):  # ints, slices, None, Ellipsis: a view, checked by numpy as it is taken

@@ -229,10 +229,55 @@ def bmm(input: Tensor, mat2: Tensor) -> Tensor:  # noqa: A002
     return input @ mat2
 
 
-def pow(input: Tensor, exponent: Any) -> Tensor:  # noqa: A001, A002
+def pow(input: Any, exponent: Any) -> Tensor:  # noqa: A001, A002
+    """input ** exponent; a number raised to a tensor (torch.pow(2, t)) too."""
     if not isinstance(input, Tensor) and hasattr(type(input), "__ta_function__"):  # a traced stand-in
         return input ** exponent
+    if isinstance(exponent, Tensor) and isinstance(input, (int, float, np.number)) and not isinstance(input, bool):
+        return input ** exponent
     return check_tensor(input, "pow") ** exponent
+
+
+class Size(tuple):
+    """torch.Size: a tuple of dims (a tensor's .shape is a plain tuple here), with numel()."""
+
+    def numel(self) -> int:
+        return int(np.prod(self, dtype=np.int64))
+
+
+_settings = {"float32_matmul_precision": "highest", "deterministic": False, "interop_threads": 1}
+
+
+def set_float32_matmul_precision(precision: str) -> None:
+    """Accepted and remembered: float32 products here always run in float32 ("highest")."""
+    if precision not in ("highest", "high", "medium"):
+        raise ValueError(f'set_float32_matmul_precision: precision must be "highest", "high" or "medium", got '
+                         f"{precision!r}")
+    _settings["float32_matmul_precision"] = precision
+
+
+def get_float32_matmul_precision() -> str:
+    return _settings["float32_matmul_precision"]
+
+
+def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
+    """Accepted and remembered: every op here gives the same result for the same inputs and thread count."""
+    _settings["deterministic"] = bool(mode)
+
+
+def are_deterministic_algorithms_enabled() -> bool:
+    return _settings["deterministic"]
+
+
+def set_num_interop_threads(n: int) -> None:
+    """Accepted and remembered: ops here do not run beside each other (set_num_threads sets the ops' threads)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"set_num_interop_threads: n must be a positive int, got {n!r}")
+    _settings["interop_threads"] = int(n)
+
+
+def get_num_interop_threads() -> int:
+    return _settings["interop_threads"]
 
 
 def einsum(equation: str, *operands: Any) -> Tensor:
