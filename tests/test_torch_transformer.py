@@ -445,3 +445,29 @@ def test_pad_sequence(batch_first, side):
         theirs = torch.nn.utils.rnn.pad_sequence([torch.tensor(p) for p in parts], batch_first=batch_first,
                                                  padding_value=-1.0, padding_side=side)
         np.testing.assert_array_equal(out.detach().numpy(), theirs.numpy())
+
+
+@pytest.mark.torch_parity
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+@pytest.mark.usefixtures("sdpa_path")
+def test_second_derivatives_match_pytorch():
+    """d/dx of |d out / dx . g|^2 through an encoder layer with a padding mask, against PyTorch's math path."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    ta.manual_seed(0)
+    ours = nn.TransformerEncoderLayer(8, 2, 16, 0.0, "gelu", dtype=ta.float64)
+    theirs = torch.nn.TransformerEncoderLayer(8, 2, 16, 0.0, "gelu", dtype=torch.float64)
+    _load(ours, theirs)
+    rng = np.random.default_rng(11)
+    x, g = rng.normal(size=(4, 2, 8)), rng.normal(size=(4, 2, 8))
+    pad = np.array([[False, False, False, True], [False, False, False, False]])
+    a = leaf(x)
+    (first,) = ta.autograd.grad((ours(a, src_key_padding_mask=pad) * ta.Tensor(g)).sum(), [a], create_graph=True)
+    (second,) = ta.autograd.grad((first * first).sum(), [a])
+    b = torch.tensor(x, requires_grad=True)
+    with sdpa_kernel(SDPBackend.MATH):
+        (tfirst,) = torch.autograd.grad((theirs(b, src_key_padding_mask=torch.tensor(pad)) * torch.tensor(g)).sum(),
+                                        [b], create_graph=True)
+        (tsecond,) = torch.autograd.grad((tfirst * tfirst).sum(), [b])
+    np.testing.assert_allclose(first.detach().numpy(), tfirst.detach().numpy(), atol=1e-10)
+    np.testing.assert_allclose(second.numpy(), tsecond.numpy(), atol=1e-9)
