@@ -81,12 +81,12 @@ def test_optimizer_state_is_checked_before_anything_is_assigned(key, value, erro
     for p in params:
         p.grad = ta.Tensor(np.array([0.3, -0.3]))
     opt.step()
-    state = opt.state_dict()
+    state = optim.flat_state(opt.state_dict())  # the flat form a checkpoint holds, which load_state_dict takes too
     fresh = optim.Adam(params, lr=0.5)
-    before = fresh.state_dict()
+    before = optim.flat_state(fresh.state_dict())
     with pytest.raises((ValueError, TypeError), match=error):
         fresh.load_state_dict({**state, key: np.asarray(value)})
-    after = fresh.state_dict()
+    after = optim.flat_state(fresh.state_dict())
     assert after.keys() == before.keys() and all(np.array_equal(after[k], before[k]) for k in before)
 
 
@@ -129,3 +129,38 @@ def test_matches_torch_optim(name):
         p.grad = torch.tensor(g, dtype=torch.float64)
         opt.step()
         np.testing.assert_allclose(got, p.detach().numpy(), rtol=1e-10)
+
+
+def test_state_dict_has_pytorchs_layout():
+    params = [ta.Tensor(np.ones((2, 2)), requires_grad=True), ta.Tensor(np.ones(3), requires_grad=True)]
+    opt = optim.AdamW([{"params": params[:1]}, {"params": params[1:], "lr": 0.5}], lr=0.1, weight_decay=0.01)
+    for p in params:
+        p.grad = ta.Tensor(np.full(p.shape, 0.5))
+    opt.step()
+    state = opt.state_dict()
+    assert sorted(state) == ["param_groups", "state"] and sorted(state["state"]) == [0, 1]
+    assert [g["params"] for g in state["param_groups"]] == [[0], [1]]
+    assert [g["lr"] for g in state["param_groups"]] == [0.1, 0.5] and state["param_groups"][0]["betas"] == (0.9, 0.999)
+    assert int(state["state"][1]["step"]) == 1 and state["state"][0]["exp_avg"].shape == (2, 2)
+    state["state"][0]["exp_avg"][...] = 7.0  # a copy: the optimizer's own state is untouched
+    assert not np.any(opt.state_dict()["state"][0]["exp_avg"] == 7.0)
+    fresh = optim.AdamW([{"params": params[:1]}, {"params": params[1:]}], lr=0.3)
+    fresh.load_state_dict(state)
+    np.testing.assert_array_equal(fresh.state_dict()["state"][0]["exp_avg"], 7.0)
+    assert [g["lr"] for g in fresh.param_groups] == [0.1, 0.5]
+    with pytest.raises(TypeError, match='expected {"state"'):
+        fresh.load_state_dict({"state": [], "param_groups": []})
+    torch = pytest.importorskip("torch")
+    tparams = [torch.ones((2, 2), requires_grad=True), torch.ones(3, requires_grad=True)]
+    topt = torch.optim.AdamW([{"params": tparams[:1]}, {"params": tparams[1:], "lr": 0.5}], lr=0.1,
+                             weight_decay=0.01)
+    for p in tparams:
+        p.grad = torch.full(p.shape, 0.5)
+    topt.step()
+    theirs = topt.state_dict()
+    assert sorted(theirs) == sorted(opt.state_dict()) and sorted(theirs["state"]) == [0, 1]
+    assert sorted(theirs["state"][0]) == sorted(opt.state_dict()["state"][0])
+    for ours_group, their_group in zip(opt.state_dict()["param_groups"], theirs["param_groups"]):
+        assert set(ours_group) <= set(their_group)
+        assert all(ours_group[k] == their_group[k] for k in ours_group)
+    np.testing.assert_allclose(opt.state_dict()["state"][0]["exp_avg_sq"], theirs["state"][0]["exp_avg_sq"].numpy())

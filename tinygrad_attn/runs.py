@@ -20,7 +20,7 @@ import numpy as np
 
 from . import rng
 from .nn import Module
-from .optim import Optimizer
+from .optim import Optimizer, flat_state
 from .serialization import load, save
 from .tasks import Task, TextTask, get_task
 
@@ -173,7 +173,7 @@ def save_checkpoint(path: str, model: Module, optimizer: Optimizer, step: int, c
     generator's state, the config, and the last loss and evaluated accuracy (so that a resumed run stops
     where an uninterrupted one would)."""
     state: dict[str, Any] = dict(model.state_dict())
-    state.update({f"optimizer/{k}": v for k, v in optimizer.state_dict().items()})
+    state.update({f"optimizer/{k}": v for k, v in flat_state(optimizer.state_dict()).items()})
     state["trainer/step"] = np.asarray(step)
     state["trainer/loss"] = np.asarray(loss)
     state["trainer/accuracy"] = np.asarray(accuracy)

@@ -121,22 +121,27 @@ class Optimizer:
     def update(self, state: dict[str, Any], param: np.ndarray, grad: np.ndarray, group: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Flat arrays: "state.{i}.{name}" per parameter (in group order) and "group.{g}.{option}" per group."""
-        state: dict[str, np.ndarray] = {}
-        for i, s in enumerate(self._state):
-            state.update({f"state.{i}.{name}": np.array(value, copy=True) for name, value in s.items()})
-        for g, group in enumerate(self.param_groups):
-            state[f"group.{g}.size"] = np.asarray(len(group["params"]))
-            state.update({f"group.{g}.{k}": np.asarray(v) for k, v in group.items() if k != "params"})
-        return state
+    def state_dict(self) -> dict[str, Any]:
+        """PyTorch's layout: {"state": {i: {name: array}}, "param_groups": [{option: value, "params": [i, ...]}]},
+        i counting the parameters in group order; the arrays are copies. `flat_state` turns it into the flat
+        arrays a checkpoint file holds, and `load_state_dict` takes either."""
+        state = {i: {name: np.array(value, copy=True) for name, value in s.items()} for i, s in enumerate(self._state)}
+        groups, start = [], 0
+        for group in self.param_groups:
+            count = len(group["params"])
+            groups.append({**{k: v for k, v in group.items() if k != "params"},
+                           "params": list(range(start, start + count))})
+            start += count
+        return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what `state_dict` returned; everything is checked before anything is assigned."""
         name = type(self).__name__
         if not isinstance(state, dict):
             raise TypeError(f"{name}.load_state_dict: expected a dict of arrays, got {type(state).__name__}")
-        expected = self.state_dict()
+        if "state" in state or "param_groups" in state:  # PyTorch's layout, as state_dict gives it
+            state = flat_state(state, f"{name}.load_state_dict")
+        expected = flat_state(self.state_dict())
         missing, unexpected = sorted(set(expected) - set(state)), sorted(map(str, set(state) - set(expected)))
         if missing:
             raise KeyError(f"{name}.load_state_dict: missing keys {missing[:5]}{' ...' if len(missing) > 5 else ''}")
@@ -172,6 +177,25 @@ class Optimizer:
                     s[key][...] = value
         for group, restored in zip(self.param_groups, groups):
             group.update(restored)
+
+
+def flat_state(state: dict[str, Any], op: str = "flat_state") -> dict[str, np.ndarray]:
+    """An optimizer's state_dict() as flat arrays: "state.{i}.{name}" per parameter and "group.{g}.{option}"
+    (with "group.{g}.size", its number of parameters) per group: the form a checkpoint file stores."""
+    unexpected = sorted(map(str, set(state) - {"state", "param_groups"}))
+    if unexpected:
+        raise KeyError(f"{op}: unexpected keys {unexpected[:5]}")
+    per_parameter, groups = state.get("state", {}), state.get("param_groups", [])
+    if not isinstance(per_parameter, dict) or not isinstance(groups, (list, tuple)) or not all(
+            isinstance(s, dict) for s in per_parameter.values()) or not all(
+            isinstance(g, dict) and isinstance(g.get("params"), (list, tuple)) for g in groups):
+        raise TypeError(f'{op}: expected {{"state": {{i: {{name: array}}}}, "param_groups": [{{..., "params": '
+                        f"[i, ...]}}]}}, got a {type(per_parameter).__name__} and a {type(groups).__name__}")
+    flat = {f"state.{i}.{key}": np.asarray(value) for i, s in per_parameter.items() for key, value in s.items()}
+    for g, group in enumerate(groups):
+        flat[f"group.{g}.size"] = np.asarray(len(group["params"]))
+        flat.update({f"group.{g}.{k}": np.asarray(v) for k, v in group.items() if k != "params"})
+    return flat
 
 
 class SGD(Optimizer):
