@@ -130,7 +130,7 @@ def test_param_groups_have_their_own_options_and_round_trip():
                          {"params": [ta.tensor([0.0], requires_grad=True)]}], lr=0.01)
     other.load_state_dict(saved)
     assert other.param_groups[0]["lr"] == 0.02 and other.param_groups[1]["lr"] == 0.5
-    np.testing.assert_array_equal(other.state_dict()["state.0.exp_avg"], saved["state.0.exp_avg"])
+    np.testing.assert_array_equal(other.state_dict()["state"][0]["exp_avg"], saved["state"][0]["exp_avg"])
     with pytest.raises(ValueError, match="more than one group"):
         optim.SGD([{"params": [a]}, {"params": [a]}], lr=0.1)
     with pytest.raises(ValueError, match="unknown option"):
