@@ -47,7 +47,7 @@ def _base_references(a: np.ndarray) -> int:
 
 def _one_view_references() -> int:
     pool = [np.empty(8, np.uint8)]
-    return _base_references(pool[0].view(np.float32).reshape(2))  # the pool's list and the one view
+    return _base_references(np.ndarray((2,), np.float32, pool[0]))  # the pool's list and the one view (as empty makes it)
 
 
 _ONE_VIEW = _one_view_references()  # a buffer the pool and one array refer to, as _base_references counts
@@ -63,11 +63,12 @@ def only_view(a: np.ndarray) -> bool:
 
 def empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     """np.empty(shape, dtype), C-contiguous, in reused memory when it is large."""
-    dtype = np.dtype(dtype)
+    if type(dtype) is not np.dtype:
+        dtype = np.dtype(dtype)
     size = math.prod(shape) * dtype.itemsize
     if size < MIN_BYTES or dtype.hasobject:
         return np.empty(shape, dtype)
-    return _buffer(size).view(dtype).reshape(shape)
+    return np.ndarray(shape, dtype, _buffer(size))  # a view of the buffer (its base), as view().reshape() gives
 
 
 def zeros(shape: tuple[int, ...], dtype) -> np.ndarray:

@@ -99,17 +99,20 @@ def threads_for(work: float, min_work: float | None = None) -> int:
     MIN_ROWS_WORK by default) and is safe."""
     if work < (MIN_ROWS_WORK if min_work is None else min_work):
         return 1
-    n = get_num_threads()
-    return n if n > 1 and _numba_ready() else 1
+    n = _available_cpus() if _num_threads is None else _num_threads
+    return n if n > 1 and (_PRANGE_OK or _numba_ready()) else 1
 
 
 def run_parts(parallel_kernel: Callable, serial_kernel: Callable, count: int, work: float, *args):
     """serial_kernel(*args, 0, count) on the calling thread, or parallel_kernel(*args, parts), its `prange`
-    driver over `parts` parts of the count items, on numba's threads."""
-    n = threads_for(work)
-    if n <= 1 or count <= 1:
+    driver over `parts` parts of the count items, on numba's threads. Every small op passes through here:
+    threads_for and the rest are written out, as one call each costs a small op's time."""
+    if work < MIN_ROWS_WORK or count <= 1:
         return serial_kernel(*args, 0, count)
-    return _on_numba_threads(n, parallel_kernel, *args, max(1, min(count, ROW_PARTS_PER_THREAD * n)))
+    n = _available_cpus() if _num_threads is None else _num_threads
+    if n <= 1 or not (_PRANGE_OK or _numba_ready()):
+        return serial_kernel(*args, 0, count)
+    return _on_numba_threads(n, parallel_kernel, *args, min(count, ROW_PARTS_PER_THREAD * n))
 
 
 def zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -209,11 +212,21 @@ def _call_any_layout(kernel, *args):
     return entry(*args)
 
 
+_seen = threading.local()  # .count: numba's thread count on this thread, as last read or set here
+
+
 def _on_numba_threads(n: int, kernel: Callable, *args):
-    """kernel(*args) with its `prange` on n of numba's threads (numba's count is per calling thread)."""
+    """kernel(*args) with its `prange` on n of numba's threads (numba's count is per calling thread).
+
+    numba's count is read once per thread and then remembered here (asking numba costs more than a small
+    kernel). Were it changed behind our back, a kernel would run on that count: its parts, and so its
+    result, are the same on any count."""
     import numba
 
-    previous, wanted = numba.get_num_threads(), min(n, numba.config.NUMBA_NUM_THREADS)
+    wanted = min(n, numba.config.NUMBA_NUM_THREADS)
+    previous = getattr(_seen, "count", None)
+    if previous is None:
+        previous = _seen.count = numba.get_num_threads()
     if previous == wanted:  # nothing to set or put back (each set has a cost)
         return kernel(*args)
     numba.set_num_threads(wanted)

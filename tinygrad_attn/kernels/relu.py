@@ -35,24 +35,28 @@ def _relu_parallel(x, grad, out, parts):
         _relu(x[s:e], grad[s:e] if grad.size else grad, out[s:e])
 
 
+def _relu_serial(x, grad, out, start, stop):  # run_rows's serial call: the whole array on this thread
+    _relu(x, grad, out)
+
+
 def _run(x: np.ndarray, grad: np.ndarray) -> np.ndarray:
-    flat = np.ascontiguousarray(x).reshape(-1)
+    flat = x.ravel()  # x itself when C-contiguous, else a contiguous copy
     out = buffers.empty(flat.shape, flat.dtype)
-    run_rows(_relu_parallel, lambda *args: _relu(*args[:3]), flat.size, flat, grad, out)
+    run_rows(_relu_parallel, _relu_serial, flat.size, flat, grad, out)
     return out.reshape(x.shape)
 
 
 def relu_forward(x: np.ndarray) -> np.ndarray:
-    if x.dtype not in (np.float32, np.float64):
+    if x.dtype.char not in "fd":  # float32 and float64 have kernels
         return np.maximum(x, 0)
     return _run(x, np.empty(0, x.dtype))
 
 
 def relu_backward(x: np.ndarray, grad: np.ndarray) -> np.ndarray:
     """dL/dx from the forward's input x and grad = dL/dy, of x's shape."""
-    if x.dtype not in (np.float32, np.float64) or grad.dtype != x.dtype:
+    if x.dtype.char not in "fd" or grad.dtype != x.dtype:
         return grad * (x > 0)
-    return _run(x, np.ascontiguousarray(grad).reshape(-1))
+    return _run(x, grad.ravel())
 
 
 def relu_reference(x: np.ndarray, grad: np.ndarray | None = None) -> np.ndarray:
