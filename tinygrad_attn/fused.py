@@ -238,6 +238,16 @@ class LinearFunction(Function):
         return _linear_math(x, weight, bias)
 
 
+def fits_linear(x: Any, weight: Any, bias: Any = None) -> bool:
+    """Whether x W^T + b is a layer's product that LinearFunction computes as one node: tensors of one float
+    dtype, W (out, in) with x (..., in), b None or (out,). F.linear and addmm take this path (one product
+    with the bias added in it, one backward); any other operands take their composite of ops."""
+    if not (isinstance(x, Node) and isinstance(weight, Node) and weight.ndim == 2 and x.ndim >= 1
+            and x.shape[-1] == weight.shape[1] and x.dtype == weight.dtype and x.dtype.kind == "f"):
+        return False
+    return bias is None or (isinstance(bias, Node) and bias.shape == weight.shape[:1] and bias.dtype == x.dtype)
+
+
 def _linear_backward(ctx, grad, need_weight: bool, need_bias: bool):
     """(dX, dW, db) of y = x W^T + b from the rows X (N, in) and W that the forward saved; None where unneeded."""
     rows, weight = ctx.saved_tensors

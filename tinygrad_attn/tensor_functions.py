@@ -14,6 +14,7 @@ import numpy as np
 from . import amp, dtypes
 from .checks import check_tensor
 from .engine import tensor_dtype
+from .fused import LinearFunction, fits_linear
 from .ops import Einsum
 from .tensor import Tensor, maximum, minimum, where
 
@@ -158,6 +159,10 @@ def _add_product(op: str, ndim: int, input: Tensor, a: Tensor, b: Tensor, beta: 
     for name, t in zip(names, (a, b)):
         if check_tensor(t, op, name).ndim != ndim:
             raise RuntimeError(f"{op}: {name} must be {ndim}-D, got shape {t.shape}")
+    if ndim == 2 and alpha == 1 and beta == 1 and isinstance(input, Tensor) and input.shape == b.shape[1:]:
+        weight = b.t()  # (out, in): a layer's x W^T + b, one node
+        if fits_linear(a, weight, input):
+            return LinearFunction.apply(a, weight, input)
     product = a @ b
     product = product if alpha == 1 else product * alpha
     if beta == 0:  # PyTorch ignores input's values then (nan and inf do not propagate); its gradient is 0

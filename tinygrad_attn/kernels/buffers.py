@@ -47,7 +47,7 @@ def _base_references(a: np.ndarray) -> int:
 
 def _one_view_references() -> int:
     pool = [np.empty(8, np.uint8)]
-    return _base_references(np.ndarray((2,), np.float32, pool[0]))  # the pool's list and the one view (as empty makes it)
+    return _base_references(np.ndarray((2,), np.float32, pool[0]))  # the pool's list, the view
 
 
 _ONE_VIEW = _one_view_references()  # a buffer the pool and one array refer to, as _base_references counts

@@ -35,6 +35,7 @@ from ..functional import (
     scaled_dot_product_attention,
     softmax,
 )
+from ..fused import LinearFunction, fits_linear
 from ..losses import (
     binary_cross_entropy,
     binary_cross_entropy_with_logits,
@@ -57,7 +58,10 @@ def tanh(input):  # noqa: A002
 
 
 def linear(input, weight, bias=None):  # noqa: A002
-    """x W^T + b, PyTorch's F.linear."""
+    """x W^T + b, PyTorch's F.linear: nn.Linear's one fused node when the operands are a layer's, else
+    the product and the sum (PyTorch's 1-D weights and broadcast biases)."""
+    if fits_linear(input, weight, bias):
+        return LinearFunction.apply(input, weight) if bias is None else LinearFunction.apply(input, weight, bias)
     out = input @ weight.transpose(-1, -2) if weight.ndim > 1 else input @ weight
     return out if bias is None else out + bias
 
