@@ -95,8 +95,9 @@ def test_cross_entropy_kernel_matches_reference(dtype, rows, classes, seed):
     x = (rng.normal(size=(rows, classes)) * 4).astype(dtype)
     target = rng.integers(0, classes, rows)
     target[rng.random(rows) < 0.3] = -100
-    loss, _ = cross_entropy_forward(x, target, -100)
+    loss, _, counted = cross_entropy_forward(x, target, -100)
     np.testing.assert_allclose(loss, cross_entropy_reference(x, target, -100), **tol(dtype))
+    assert counted == np.count_nonzero(target != -100)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -190,7 +191,7 @@ def _row_kernel_results(rng_seed, rows, n, dtype):
     results += [y, *layer_norm_backward(g, x, w, mean, rstd)]
     y, rstd = rms_norm_forward(x, w, 1e-5)
     results += [y, *rms_norm_backward(g, x, w, rstd)]
-    loss, lse = cross_entropy_forward(x, target, -100)
+    loss, lse, _ = cross_entropy_forward(x, target, -100)
     results += [loss, cross_entropy_backward(x, target, lse, g[:, 0].copy(), -100)]
     flat, flat_g = x.reshape(-1), g.reshape(-1)
     for approximate in (False, True):

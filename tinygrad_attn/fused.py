@@ -174,21 +174,22 @@ class Gelu(Function):
 class CrossEntropy(Function):
     """Per-row loss lse - x[target] of logits (N, C); backward softmax - onehot, one-hot never built.
 
-    With `total_scale` s given, the output is the one number s * sum of the losses ("sum" is s = 1,
-    "mean" s = 1 / count), so a reduced loss is one node.
+    reduction "sum" or "mean" makes the output the one number s * sum of the losses (s = 1, or 1 / the count
+    of targets that are not ignore_index, NaN when none is), so a reduced loss is one node; the kernel counts
+    the targets as it checks them.
     """
 
     @staticmethod
-    def forward(ctx, logits, target, ignore_index, total_scale=None):
+    def forward(ctx, logits, target, ignore_index, reduction="none"):
         x2 = np.ascontiguousarray(logits)
         if x2.ndim != 2 or np.shape(target) != x2.shape[:1]:
             raise ValueError(f"CrossEntropy: logits (N, C) and target (N,) expected, got {x2.shape} and "
                              f"{np.shape(target)}")
         target = np.ascontiguousarray(target)
-        loss, lse = cross_entropy_forward(x2, target, ignore_index)  # checks every target against C first
+        loss, lse, counted = cross_entropy_forward(x2, target, ignore_index)  # checks every target against C first
         ctx.save_for_backward(x2, target, lse)
-        ctx.ignore_index, ctx.total_scale = ignore_index, total_scale
-        return loss if total_scale is None else np.asarray(loss.sum() * total_scale, dtype=loss.dtype)
+        ctx.ignore_index, ctx.total_scale = ignore_index, _total_scale(reduction, counted)
+        return loss if ctx.total_scale is None else np.asarray(loss.sum() * ctx.total_scale, dtype=loss.dtype)
 
     @staticmethod
     def backward(ctx, grad):
@@ -198,11 +199,17 @@ class CrossEntropy(Function):
         return cross_entropy_backward(x2, target, lse, np.ascontiguousarray(grad), ctx.ignore_index)
 
     @staticmethod
-    def math(logits, target, ignore_index, total_scale=None):
+    def math(logits, target, ignore_index, reduction="none"):
         counted = target != ignore_index  # (N,)
         picked = GetItem.apply(LogSoftmax.apply(logits), index=(np.arange(len(target)), np.where(counted, target, 0)))
         loss = -picked * _constant(logits, counted.astype(logits.dtype))  # (N,): ignored rows 0
-        return loss if total_scale is None else loss.sum() * total_scale
+        scale = _total_scale(reduction, int(np.count_nonzero(counted)))
+        return loss if scale is None else loss.sum() * scale
+
+
+def _total_scale(reduction: str, counted: int) -> float | None:
+    """What the summed losses are multiplied by: None (no sum) for "none", 1 for "sum", 1 / count for "mean"."""
+    return None if reduction == "none" else 1.0 if reduction == "sum" else 1.0 / counted if counted else math.nan
 
 
 def _linear_math(x: Node, weight: Node, bias: Node | None) -> Node:

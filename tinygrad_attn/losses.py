@@ -112,7 +112,7 @@ def _indices(target: Any, op: str) -> np.ndarray:
     target = np.asarray(target._data if isinstance(target, Tensor) else target)
     if target.dtype.kind not in "iu":
         raise TypeError(f"{op}: target must hold integer class indices, got dtype {target.dtype}")
-    return target.astype(np.int64)
+    return target.astype(np.int64, copy=False)
 
 
 def _class_weight(weight: Any, classes: int, dtype: np.dtype, op: str) -> np.ndarray:
@@ -156,51 +156,33 @@ def class_rows(input: Tensor, target: np.ndarray, op: str) -> tuple[Tensor, np.n
                 if input.ndim >= 3 and target.shape == input.shape[:-1] else "")
         raise ValueError(f"{op}: logits of shape {input.shape} need targets of shape "
                          f"{input.shape[:1] + input.shape[2:]}, got {target.shape}{hint}")
+    if input.ndim == 2:  # rows already: no reshape node
+        return input, target.reshape(-1)
     if input.ndim > 2:  # (N, C, d1, ...) -> (N, d1, ..., C) -> (M, C)
         input = input.permute(0, *range(2, input.ndim), 1)
     return input.reshape(math.prod(input.shape[:-1]), input.shape[-1]), target.reshape(-1)
 
 
-def _fused_cross_entropy(logits: Tensor, target: Any, ignore_index: int = -100, reduction: str = "mean",
-                          label_smoothing: float = 0.0) -> Tensor:
-    """Cross-entropy of logits (N, C) (or (C,), or (N, C, d1, ...): PyTorch's layout) against integer class
-    indices (N,) (or (), (N, d1, ...)), on the fused kernel.
-
-    "mean" averages over the targets that are not `ignore_index` (NaN when all are ignored, as PyTorch),
-    "sum" adds them, "none" returns one loss per target. With label_smoothing e, each row's loss is
-    (1 - e) (-log p_target) + e mean_c(-log p_c), as in PyTorch. `cross_entropy` below takes it for
-    class indices without weights.
-    """
-    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not (
-            0.0 <= label_smoothing <= 1.0):
-        raise ValueError(f"cross_entropy: label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f'cross_entropy: reduction must be "mean", "sum" or "none", got {reduction!r}')
-    logits = float_tensor(logits, "cross_entropy", "logits")
-    target = np.asarray(target._data if isinstance(target, Tensor) else target)
-    if target.dtype.kind not in "iu":
-        raise TypeError(f"cross_entropy: target must hold integer class indices, got dtype {target.dtype}")
-    if logits.ndim == 0:
-        raise ValueError(f"cross_entropy: logits must be (N, C) or (N, C, d1, ...), got shape {logits.shape}")
-    rows, flat_target = class_rows(logits, target, "cross_entropy")  # (M, C), (M,)
+def _fused_rows(rows: Tensor, flat_target: np.ndarray, shape: tuple, ignore_index: Any, reduction: str,
+                label_smoothing: float) -> Tensor:
+    """The fused kernel's cross-entropy of rows (M, C) against targets (M,) (of `shape` before flattening)."""
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)) or not (
             -2**63 <= ignore_index < 2**63):
         raise TypeError(f"cross_entropy: ignore_index must be an int64, got {ignore_index!r} (Overflow when unpacking "
                         "long)")
     ignore_index = int(ignore_index)
-    counted = flat_target != ignore_index
-    flat_target = flat_target.astype(np.int64)
-    count = int(counted.sum())
-    total_scale = 1.0 if reduction == "sum" else 1.0 / count if count else math.nan
-    if reduction != "none" and label_smoothing == 0:  # the common case: one node
-        return CrossEntropy.apply(rows, target=flat_target, ignore_index=ignore_index, total_scale=total_scale)
+    flat_target = flat_target.astype(np.int64, copy=False)
+    if reduction != "none" and label_smoothing == 0:  # the common case: one node, which counts the targets
+        return CrossEntropy.apply(rows, target=flat_target, ignore_index=ignore_index, reduction=reduction)
     losses = CrossEntropy.apply(rows, target=flat_target, ignore_index=ignore_index)
+    counted = flat_target != ignore_index
     if label_smoothing > 0:
         uniform = -log_softmax(rows, -1).mean(-1) * Tensor(counted.astype(rows.dtype))  # mean_c -log p_c
         losses = losses * (1.0 - label_smoothing) + uniform * label_smoothing
     if reduction == "none":
-        return losses.reshape(target.shape)
-    return losses.sum() * total_scale
+        return losses.reshape(shape)
+    count = int(counted.sum())
+    return losses.sum() * (1.0 if reduction == "sum" else 1.0 / count if count else math.nan)
 
 
 def cross_entropy(input: Tensor, target: Any, weight: Any = None, ignore_index: int = -100,  # noqa: A002
@@ -217,7 +199,7 @@ def cross_entropy(input: Tensor, target: Any, weight: Any = None, ignore_index: 
     target = _indices(target, "cross_entropy")
     rows, flat = class_rows(input, target, "cross_entropy")
     if weight is None:
-        return _fused_cross_entropy(input, target, ignore_index, reduction, label_smoothing)
+        return _fused_rows(rows, flat, target.shape, ignore_index, reduction, label_smoothing)
     classes = rows.shape[1]
     w = _class_weight(weight, classes, rows.dtype, "cross_entropy")
     logp = log_softmax(rows, -1)

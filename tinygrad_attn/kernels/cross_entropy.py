@@ -58,23 +58,38 @@ def _backward_parallel(x, target, lse, row_grad, ignore_index, dx, parts):
         _backward_rows(x, target, lse, row_grad, ignore_index, dx, start, stop)
 
 
-def check_targets(target: np.ndarray, classes: int, ignore_index: int, op: str = "cross_entropy") -> None:
-    """Every target is a class index in [0, classes) or ignore_index: the kernels index rows with them."""
+@njit(cache=True, nogil=True)
+def _count_targets(target, ignore_index, classes):
+    """(how many targets count (are not ignore_index), whether one of them is outside [0, classes)): one pass."""
+    counted, outside = 0, False
+    for t in target:
+        if t != ignore_index:
+            counted += 1
+            outside |= t < 0 or t >= classes
+    return counted, outside
+
+
+def check_targets(target: np.ndarray, classes: int, ignore_index: int, op: str = "cross_entropy") -> int:
+    """Every target is a class index in [0, classes) or ignore_index (the kernels index rows with them), else
+    one clear error naming the values; returns how many targets count."""
     if target.dtype.kind not in "iu":
         raise TypeError(f"{op}: target must hold integer class indices, got dtype {target.dtype}")
-    bad = (target != ignore_index) & ((target < 0) | (target >= classes))
-    if np.any(bad):
+    counted, outside = _count_targets(target.reshape(-1), ignore_index, classes)
+    if outside:
+        bad = (target != ignore_index) & ((target < 0) | (target >= classes))
         values = sorted(set(target[bad].tolist()))
         raise IndexError(f"{op}: target values {values[:5]}{' ...' if len(values) > 5 else ''} are outside "
                          f"[0, {classes}) (ignore_index is {ignore_index})")
+    return int(counted)
 
 
 def cross_entropy_forward(x, target, ignore_index):
-    """Returns (loss (N,), lse (N,)); both 0 on ignored rows. Targets are checked first."""
-    check_targets(target, x.shape[1], ignore_index)
+    """Returns (loss (N,), lse (N,), how many targets count); both 0 on ignored rows. Targets are checked
+    first."""
+    counted = check_targets(target, x.shape[1], ignore_index)
     loss, lse = np.empty(x.shape[0], x.dtype), np.empty(x.shape[0], x.dtype)
     run_rows(_forward_parallel, _forward_rows, x.size * 2, x, target, ignore_index, loss, lse)
-    return loss, lse
+    return loss, lse, counted
 
 
 def cross_entropy_backward(x, target, lse, row_grad, ignore_index):
