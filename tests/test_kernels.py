@@ -936,15 +936,19 @@ def test_flash_attention_keeps_memory_per_tile():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("decoupled", [False, True])
-def test_adam_kernel_matches_reference(dtype, decoupled):
+@pytest.mark.parametrize("maximize", [False, True])
+@pytest.mark.parametrize("amsgrad", [False, True])
+def test_adam_kernel_matches_reference(dtype, decoupled, maximize, amsgrad):
     from tinygrad_attn.kernels.adam import adam_reference, adam_update
 
     rng = np.random.default_rng(0)
     param, grad, m = (rng.normal(size=50).astype(dtype) for _ in range(3))
     v = rng.random(50).astype(dtype)
-    expected = adam_reference(param, grad, m, v, 0.01, 0.9, 0.999, 1e-8, 3, 0.1, decoupled)
-    adam_update(param, grad, m, v, 0.01, 0.9, 0.999, 1e-8, 3, 0.1, decoupled)
-    for got, want in zip((param, m, v), expected):
+    v_max = (v + rng.random(50) * (rng.random(50) < 0.5)).astype(dtype) if amsgrad else None  # above v in half
+    expected = adam_reference(param, grad, m, v, 0.01, 0.9, 0.999, 1e-8, 3, 0.1, decoupled, maximize, v_max)
+    adam_update(param, grad, m, v, np.empty(0, dtype) if v_max is None else v_max, 0.01, 0.9, 0.999, 1e-8, 3, 0.1,
+                decoupled, maximize)
+    for got, want in zip((param, m, v) + (() if v_max is None else (v_max,)), expected):
         np.testing.assert_allclose(got, want, **tol(dtype))
 
 

@@ -164,3 +164,95 @@ def test_state_dict_has_pytorchs_layout():
         assert set(ours_group) <= set(their_group)
         assert all(ours_group[k] == their_group[k] for k in ours_group)
     np.testing.assert_allclose(opt.state_dict()["state"][0]["exp_avg_sq"], theirs["state"][0]["exp_avg_sq"].numpy())
+
+
+# --- PyTorch's other options: dampening, maximize, amsgrad, decoupled weight decay, and the run flags ---------
+
+OPTIONS = [
+    ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.3, weight_decay=0.01)),
+    ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, maximize=True, foreach=False)),
+    ("SGD", dict(lr=0.1, maximize=True, weight_decay=0.1, differentiable=False)),
+    ("Adam", dict(lr=0.01, amsgrad=True, weight_decay=0.1)),
+    ("Adam", dict(lr=0.01, maximize=True, decoupled_weight_decay=True, weight_decay=0.1, foreach=True)),
+    ("AdamW", dict(lr=0.01, amsgrad=True, maximize=True, weight_decay=0.1, capturable=False)),
+]
+AMSGRAD_GRADS = GRADS + [[3.0, -0.01], [0.01, 0.01], [0.02, -0.03]]  # a large gradient, then small ones
+
+
+def test_amsgrad_and_maximize_closed_form():
+    lr, b1, b2, eps = 0.01, 0.9, 0.999, 1e-8
+    p, m, v, v_max = np.array([1.0, -2.0]), np.zeros(2), np.zeros(2), np.zeros(2)
+    history = run(optim.Adam, AMSGRAD_GRADS, lr=lr, amsgrad=True, maximize=True)
+    for t, (got, g) in enumerate(zip(history, AMSGRAD_GRADS), start=1):
+        g = -np.array(g)
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        v_max = np.maximum(v_max, v)  # the largest v so far: below it after the large gradient
+        p = p - lr * (m / (1 - b1**t)) / (np.sqrt(v_max / (1 - b2**t)) + eps)
+        np.testing.assert_allclose(got, p, rtol=1e-12)
+    p, buf = np.array([1.0, -2.0]), None
+    for got, g in zip(run(optim.SGD, GRADS, lr=0.1, momentum=0.9, dampening=0.3), GRADS):
+        buf = np.array(g) if buf is None else 0.9 * buf + 0.7 * np.array(g)
+        p = p - 0.1 * buf
+        np.testing.assert_allclose(got, p, rtol=1e-12)
+
+
+@pytest.mark.torch_parity
+@pytest.mark.parametrize("name, kw", OPTIONS)
+def test_options_match_torch_and_state_dicts_move_both_ways(name, kw):
+    torch = pytest.importorskip("torch")
+    ours = run(getattr(optim, name), AMSGRAD_GRADS, **kw)
+    p = torch.tensor([1.0, -2.0], dtype=torch.float64, requires_grad=True)
+    theirs = getattr(torch.optim, name)([p], **kw)
+    for got, g in zip(ours, AMSGRAD_GRADS):
+        p.grad = torch.tensor(g, dtype=torch.float64)
+        theirs.step()
+        np.testing.assert_allclose(got, p.detach().numpy(), rtol=1e-10)
+    # PyTorch's state dict (tensors made arrays) loads here and the next steps agree; ours has its keys
+    q = ta.Tensor(p.detach().numpy().copy(), requires_grad=True)
+    mine = getattr(optim, name)([q], **kw)
+    saved = theirs.state_dict()
+    mine.load_state_dict({"state": {i: {k: np.asarray(v) for k, v in s.items()} for i, s in saved["state"].items()},
+                          "param_groups": saved["param_groups"]})
+    mine_groups, their_groups = mine.state_dict()["param_groups"], saved["param_groups"]
+    assert [sorted(g) for g in mine_groups] == [sorted(g) for g in their_groups]
+    assert all(mine_groups[0][k] == their_groups[0][k] for k in their_groups[0])
+    for g in ([0.3, -0.7], [-0.2, 0.1]):
+        q.grad, p.grad = ta.Tensor(np.array(g)), torch.tensor(g, dtype=torch.float64)
+        mine.step()
+        theirs.step()
+        np.testing.assert_allclose(q.detach().numpy(), p.detach().numpy(), rtol=1e-10)
+    for key in theirs.state_dict()["state"].get(0, {}):  # none for an SGD without momentum
+        assert key in mine.state_dict()["state"][0]
+
+
+def test_run_flags_and_option_errors():
+    p = ta.Tensor(np.ones(2), requires_grad=True)
+    with pytest.raises(NotImplementedError, match="differentiable=True"):
+        optim.Adam([p], differentiable=True)
+    with pytest.raises(RuntimeError, match="`fused` and `foreach` cannot be `True` together"):
+        optim.AdamW([p], foreach=True, fused=True)
+    with pytest.raises(ValueError, match="Nesterov momentum requires a momentum and zero dampening"):
+        optim.SGD([p], lr=0.1, momentum=0.9, dampening=0.1, nesterov=True)
+    with pytest.raises(TypeError, match="maximize must be a bool"):
+        optim.SGD([p], lr=0.1, maximize="yes")
+    with pytest.raises(ValueError, match="dampening must be"):
+        optim.SGD([p], lr=0.1, dampening=-1.0)
+    with pytest.raises(ValueError, match="decoupled_weight_decay is always True"):
+        optim.AdamW([{"params": [p], "decoupled_weight_decay": False}])
+    opt = optim.Adam([p], fused=True, amsgrad=True)  # a speed flag: kept in the group, not in checkpoints
+    assert opt.param_groups[0]["fused"] is True and "max_exp_avg_sq" in opt.state_dict()["state"][0]
+    assert not any(k.endswith(".fused") for k in optim.flat_state(opt.state_dict()))
+
+
+def test_a_checkpoint_from_before_the_new_options_loads_with_their_defaults():
+    p = ta.Tensor(np.ones(2), requires_grad=True)
+    p.grad = ta.Tensor(np.full(2, 0.5))
+    opt = optim.SGD([p], lr=0.1, momentum=0.9)
+    opt.step()
+    old = {k: v for k, v in optim.flat_state(opt.state_dict()).items() if not k.endswith((".dampening", ".maximize"))}
+    fresh = optim.SGD([ta.Tensor(np.ones(2), requires_grad=True)], lr=0.1, momentum=0.9)
+    fresh.load_state_dict(old)
+    assert fresh.param_groups[0]["dampening"] == 0 and fresh.param_groups[0]["maximize"] is False
+    np.testing.assert_array_equal(fresh.state_dict()["state"][0]["momentum_buffer"], 0.5)
+    with pytest.raises(KeyError, match="missing keys"):  # an option that always existed is still required
+        fresh.load_state_dict({k: v for k, v in old.items() if not k.endswith(".lr")})

@@ -28,6 +28,13 @@ class Optimizer:
     """
 
     state_names: tuple[str, ...] = ()
+    # PyTorch's options that choose how a step runs (one loop per parameter or per list, on which device,
+    # recorded for autograd or not), not what it computes: accepted and kept in param_groups, as PyTorch keeps
+    # them, never written into a checkpoint's flat arrays (flat_state), so a PyTorch state dict loads with them.
+    RUN_FLAGS = ("foreach", "capturable", "differentiable", "fused")
+    # Options checkpoints written before they existed lack: such a checkpoint loads with their defaults, the
+    # behaviour it was written with.
+    LATER_OPTIONS = ("dampening", "maximize", "amsgrad", "decoupled_weight_decay")
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]):
         name = type(self).__name__
@@ -61,6 +68,17 @@ class Optimizer:
             options["lr"] = check_number(options["lr"], "lr", name, 0.0)
         if "weight_decay" in options:
             options["weight_decay"] = check_number(options["weight_decay"], "weight_decay", name, 0.0)
+        for flag in ("maximize", "amsgrad", "decoupled_weight_decay", "nesterov", "capturable", "differentiable"):
+            if flag in options and not isinstance(options[flag], (bool, np.bool_)):
+                raise TypeError(f"{name}: {flag} must be a bool, got {options[flag]!r}")
+        for flag in ("foreach", "fused"):
+            if options.get(flag) is not None and not isinstance(options[flag], (bool, np.bool_)):
+                raise TypeError(f"{name}: {flag} must be None or a bool, got {options[flag]!r}")
+        if options.get("foreach") and options.get("fused"):
+            raise RuntimeError(f"{name}: `fused` and `foreach` cannot be `True` together.")
+        if options.get("differentiable"):
+            raise NotImplementedError(f"{name}: differentiable=True (a step autograd can differentiate through) is "
+                                      "not supported here; the step updates the parameters in place, unrecorded")
         return options
 
     def add_param_group(self, group: dict[str, Any]) -> None:
@@ -81,7 +99,8 @@ class Optimizer:
         self.param_groups.append({"params": params, **self.defaults, **options})
         for p in params:
             self.params.append(p)
-            self.state_arrays().append({n: np.zeros_like(p._data) for n in self.state_names} | {"step": 0})
+            names = self.state_names + (("max_exp_avg_sq",) if self.param_groups[-1].get("amsgrad") else ())
+            self.state_arrays().append({n: np.zeros_like(p._data) for n in names} | {"step": 0})
 
     def state_arrays(self) -> list[dict[str, Any]]:
         if not hasattr(self, "_state"):
@@ -139,9 +158,14 @@ class Optimizer:
         name = type(self).__name__
         if not isinstance(state, dict):
             raise TypeError(f"{name}.load_state_dict: expected a dict of arrays, got {type(state).__name__}")
-        if "state" in state or "param_groups" in state:  # PyTorch's layout, as state_dict gives it
-            state = flat_state(state, f"{name}.load_state_dict")
         expected = flat_state(self.state_dict())
+        if "state" in state or "param_groups" in state:  # PyTorch's layout, as state_dict gives it
+            state = self._fresh_where_absent(flat_state(state, f"{name}.load_state_dict"), expected)
+        state = dict(state)
+        for key in set(expected) - set(state):  # a checkpoint from before an option existed: its default
+            option = key.split(".", 2)[-1]
+            if key.startswith("group.") and option in self.LATER_OPTIONS:
+                state[key] = np.asarray(self.defaults[option])
         missing, unexpected = sorted(set(expected) - set(state)), sorted(map(str, set(state) - set(expected)))
         if missing:
             raise KeyError(f"{name}.load_state_dict: missing keys {missing[:5]}{' ...' if len(missing) > 5 else ''}")
@@ -162,8 +186,8 @@ class Optimizer:
                 raise ValueError(f"{name}.load_state_dict: {key} is {int(value)}, this optimizer's group has "
                                  f"{int(current)} parameters")
             values[key] = value
-        groups = [{k: (values[f"group.{g}.{k}"].tolist() if k != "params" else v) for k, v in group.items()}
-                  for g, group in enumerate(self.param_groups)]
+        groups = [{k: (v if k == "params" or k in self.RUN_FLAGS else values[f"group.{g}.{k}"].tolist())
+                   for k, v in group.items()} for g, group in enumerate(self.param_groups)]
         for group in groups:
             if "betas" in group:
                 group["betas"] = tuple(group["betas"])
@@ -177,6 +201,20 @@ class Optimizer:
                     s[key][...] = value
         for group, restored in zip(self.param_groups, groups):
             group.update(restored)
+
+
+    def _fresh_where_absent(self, state: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> dict:
+        """PyTorch's layout keeps no state for a parameter that never stepped (or an SGD without momentum) and
+        no step count for SGD: such a parameter's state is this optimizer's fresh one, and a momentum buffer
+        without a count has been through a step."""
+        state = dict(state)
+        for i in range(len(self._state)):
+            ours = [key for key in expected if key.startswith(f"state.{i}.")]
+            if not any(key in state for key in ours):
+                state.update({key: np.zeros_like(expected[key]) for key in ours})
+            elif f"state.{i}.step" not in state and f"state.{i}.momentum_buffer" in state:
+                state[f"state.{i}.step"] = np.asarray(1)
+        return state
 
 
 def flat_state(state: dict[str, Any], op: str = "flat_state") -> dict[str, np.ndarray]:
@@ -194,43 +232,53 @@ def flat_state(state: dict[str, Any], op: str = "flat_state") -> dict[str, np.nd
     flat = {f"state.{i}.{key}": np.asarray(value) for i, s in per_parameter.items() for key, value in s.items()}
     for g, group in enumerate(groups):
         flat[f"group.{g}.size"] = np.asarray(len(group["params"]))
-        flat.update({f"group.{g}.{k}": np.asarray(v) for k, v in group.items() if k != "params"})
+        flat.update({f"group.{g}.{k}": np.asarray(v) for k, v in group.items()
+                     if k != "params" and k not in Optimizer.RUN_FLAGS})
     return flat
 
 
 class SGD(Optimizer):
-    """p -= lr * g, with g = grad + weight_decay * p, through a momentum buffer when momentum > 0."""
+    """p -= lr * g, with g = grad + weight_decay * p (grad negated first with maximize), through a momentum
+    buffer when momentum > 0: buf = momentum buf + (1 - dampening) g, the first step's buf = g."""
 
     state_names = ("momentum_buffer",)
 
-    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, weight_decay: float = 0.0,
-                 nesterov: bool = False):
-        super().__init__(params, {"lr": lr, "momentum": momentum, "weight_decay": weight_decay, "nesterov": nesterov})
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False, foreach: Any = None,
+                 differentiable: bool = False, fused: Any = None):
+        super().__init__(params, {"lr": lr, "momentum": momentum, "dampening": dampening, "weight_decay": weight_decay,
+                                  "nesterov": nesterov, "maximize": maximize, "foreach": foreach,
+                                  "differentiable": differentiable, "fused": fused})
 
     def _check_options(self, options):
         options = super()._check_options(options)
-        if "momentum" in options:
-            options["momentum"] = check_number(options["momentum"], "momentum", "SGD", 0.0)
-        if options.get("nesterov") and options.get("momentum", getattr(self, "defaults", {}).get("momentum", 0)) <= 0:
-            raise ValueError("SGD: nesterov momentum needs momentum > 0")
+        defaults = getattr(self, "defaults", {})
+        for option in ("momentum", "dampening"):
+            if option in options:
+                options[option] = check_number(options[option], option, "SGD", 0.0)
+        if options.get("nesterov") and (options.get("momentum", defaults.get("momentum", 0)) <= 0
+                                        or options.get("dampening", defaults.get("dampening", 0)) != 0):
+            raise ValueError("SGD: Nesterov momentum requires a momentum and zero dampening")
         return options
 
     def update(self, state, param, grad, group):
         wd, mu = group["weight_decay"], group["momentum"]
-        g = grad + wd * param if wd else grad
+        g = -grad if group["maximize"] else grad
+        g = g + wd * param if wd else g
         if mu:
             buf = state["momentum_buffer"]
             if state["step"] == 1:
                 buf[...] = g  # the first step fills the buffer, as in PyTorch
             else:
                 buf *= mu
-                buf += g
+                buf += (1 - group["dampening"]) * g if group["dampening"] else g
             g = g + mu * buf if group["nesterov"] else buf
         param -= group["lr"] * g
 
 
 class Adam(Optimizer):
-    """Adam with bias correction; weight_decay adds weight_decay * p to the gradient (L2).
+    """Adam with bias correction; weight_decay adds weight_decay * p to the gradient (L2), or decays the weight
+    itself with decoupled_weight_decay (AdamW's rule). amsgrad divides by the largest v seen so far.
 
     The update (kernels/adam.py, one fused loop per parameter):
     m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2,
@@ -238,10 +286,14 @@ class Adam(Optimizer):
     """
 
     state_names = ("exp_avg", "exp_avg_sq")
-    decoupled = False
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 amsgrad: bool = False, *, foreach: Any = None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False, fused: Any = None, decoupled_weight_decay: bool = False):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
+                                  "amsgrad": amsgrad, "maximize": maximize, "foreach": foreach,
+                                  "capturable": capturable, "differentiable": differentiable, "fused": fused,
+                                  "decoupled_weight_decay": decoupled_weight_decay})
 
     def _check_options(self, options):
         name = type(self).__name__
@@ -261,17 +313,27 @@ class Adam(Optimizer):
             raise ValueError(f"{type(self).__name__}: parameters must be C-contiguous arrays")
         grad = np.ascontiguousarray(grad)
         (b1, b2), m, v = group["betas"], state["exp_avg"], state["exp_avg_sq"]
-        adam_update(param.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1), group["lr"], b1, b2,
-                    group["eps"], state["step"], group["weight_decay"], self.decoupled)
+        v_max = state["max_exp_avg_sq"].reshape(-1) if group["amsgrad"] else np.empty(0, param.dtype)
+        adam_update(param.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1), v_max, group["lr"], b1, b2,
+                    group["eps"], state["step"], group["weight_decay"], group["decoupled_weight_decay"],
+                    group["maximize"])
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay: p *= 1 - lr * weight_decay before the Adam step."""
+    """Adam with decoupled weight decay: p *= 1 - lr * weight_decay before the Adam step (PyTorch's AdamW keeps
+    decoupled_weight_decay True in its groups)."""
 
-    decoupled = True
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
+                 amsgrad: bool = False, *, maximize: bool = False, foreach: Any = None, capturable: bool = False,
+                 differentiable: bool = False, fused: Any = None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach, maximize=maximize,
+                         capturable=capturable, differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True)
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2):
-        super().__init__(params, lr, betas, eps, weight_decay)
+    def _check_options(self, options):
+        if options.get("decoupled_weight_decay") is False:
+            raise ValueError("AdamW: decoupled_weight_decay is always True (use Adam for the L2 form)")
+        return super()._check_options(options)
 
 
 def clip_grad_norm_(params: Iterable[Tensor] | Tensor, max_norm: float, norm_type: float = 2.0,
