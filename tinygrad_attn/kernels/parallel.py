@@ -330,6 +330,14 @@ def _plus(out: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
 COLUMN_SUMS_BY_PRODUCT = 1 << 16  # elements from which the private copy's product sums columns
 
 
+@functools.lru_cache(maxsize=16)
+def _ones(n: int, dtype: str) -> np.ndarray:
+    """n ones, read-only, kept per size: column_sums's left operand, made once rather than at every call."""
+    ones = np.ones(n, dtype)
+    ones.flags.writeable = False
+    return ones
+
+
 def column_sums(a: np.ndarray) -> np.ndarray:
     """a (N, M) summed over its rows, (M,): BLAS's product ones (1, N) @ a (faster than numpy's sum at these
     sizes: docs/performance.md) when a BLAS runs it on the calling thread (numpy's on one thread, or the
@@ -337,14 +345,14 @@ def column_sums(a: np.ndarray) -> np.ndarray:
     if a.dtype not in (np.float32, np.float64) or a.ndim != 2:
         return a.sum(axis=0)
     if blas_threads() == 1:
-        return np.ones(a.shape[0], a.dtype) @ a
+        return _ones(a.shape[0], a.dtype.char) @ a
     if a.size < COLUMN_SUMS_BY_PRODUCT:  # numpy's sum: no kernel to compile on a first run for small ones
         return a.sum(axis=0)
     gemm, alone = kernel_gemm(a.dtype)
     if gemm is None or not alone or 0 in a.shape or blas_operand(a) is None:
         return a.sum(axis=0)
     out = np.empty((1, a.shape[1]), a.dtype)
-    any_layout(matmul_blocks)(np.ones((1, a.shape[0]), a.dtype), a, out, 0.0, _NO_BIAS[a.dtype.char], 1, a.shape[1],
+    any_layout(matmul_blocks)(_ones(a.shape[0], a.dtype.char)[None], a, out, 0.0, _NO_BIAS[a.dtype.char], 1, a.shape[1],
                               a.shape[0], gemm, 0, 1)
     return out[0]
 
