@@ -21,14 +21,21 @@ from .vector import exp_vectorizable, part_rows, wide_vectors
 # Each kernel loops over rows [start, stop) (see softmax.py for why not a function per row).
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def _forward_rows(x, target, ignore_index, loss, lse, start, stop):
+    """Returns (the rows whose target counts, the rows whose target is outside [0, C)): the targets are
+    checked and counted in the same pass (a bad row's loss is left 0: the caller raises)."""
     wide_vectors()
+    counted, outside = 0, 0
     for r in range(start, stop):
-        if target[r] == ignore_index:
+        t = target[r]
+        if t == ignore_index or t < 0 or t >= x.shape[1]:
             loss[r], lse[r] = 0, 0
+            outside += t != ignore_index
             continue
+        counted += 1
         m, total = row_max_and_sum(x, r, _NO_MASK, False)
         lse[r] = m + np.log(total)
-        loss[r] = lse[r] - x[r, target[r]]
+        loss[r] = lse[r] - x[r, t]
+    return counted, outside
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
@@ -46,9 +53,13 @@ def _backward_rows(x, target, lse, row_grad, ignore_index, dx, start, stop):
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
 def _forward_parallel(x, target, ignore_index, loss, lse, parts):
+    counted, outside = 0, 0
     for p in prange(parts):
         start, stop = part_rows(x.shape[0], p, parts)
-        _forward_rows(x, target, ignore_index, loss, lse, start, stop)
+        c, o = _forward_rows(x, target, ignore_index, loss, lse, start, stop)
+        counted += c
+        outside += o
+    return counted, outside
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", parallel=True)
@@ -58,38 +69,28 @@ def _backward_parallel(x, target, lse, row_grad, ignore_index, dx, parts):
         _backward_rows(x, target, lse, row_grad, ignore_index, dx, start, stop)
 
 
-@njit(cache=True, nogil=True)
-def _count_targets(target, ignore_index, classes):
-    """(how many targets count (are not ignore_index), whether one of them is outside [0, classes)): one pass."""
-    counted, outside = 0, False
-    for t in target:
-        if t != ignore_index:
-            counted += 1
-            outside |= t < 0 or t >= classes
-    return counted, outside
-
-
-def check_targets(target: np.ndarray, classes: int, ignore_index: int, op: str = "cross_entropy") -> int:
+def check_targets(target: np.ndarray, classes: int, ignore_index: int, op: str = "cross_entropy") -> None:
     """Every target is a class index in [0, classes) or ignore_index (the kernels index rows with them), else
-    one clear error naming the values; returns how many targets count."""
+    one clear error naming the values."""
     if target.dtype.kind not in "iu":
         raise TypeError(f"{op}: target must hold integer class indices, got dtype {target.dtype}")
-    counted, outside = _count_targets(target.reshape(-1), ignore_index, classes)
-    if outside:
-        bad = (target != ignore_index) & ((target < 0) | (target >= classes))
+    bad = (target != ignore_index) & ((target < 0) | (target >= classes))
+    if np.any(bad):
         values = sorted(set(target[bad].tolist()))
         raise IndexError(f"{op}: target values {values[:5]}{' ...' if len(values) > 5 else ''} are outside "
                          f"[0, {classes}) (ignore_index is {ignore_index})")
-    return int(counted)
 
 
 def cross_entropy_forward(x, target, ignore_index):
-    """Returns (loss (N,), lse (N,), how many targets count); both 0 on ignored rows. Targets are checked
-    first."""
-    counted = check_targets(target, x.shape[1], ignore_index)
+    """Returns (loss (N,), lse (N,), how many targets count); both 0 on ignored rows. The kernel checks and
+    counts the targets as it goes; a target outside [0, C) raises check_targets's error."""
+    if target.dtype.kind not in "iu":
+        check_targets(target, x.shape[1], ignore_index)  # its TypeError
     loss, lse = np.empty(x.shape[0], x.dtype), np.empty(x.shape[0], x.dtype)
-    run_rows(_forward_parallel, _forward_rows, x.size * 2, x, target, ignore_index, loss, lse)
-    return loss, lse, counted
+    counted, outside = run_rows(_forward_parallel, _forward_rows, x.size * 2, x, target, ignore_index, loss, lse)
+    if outside:
+        check_targets(target, x.shape[1], ignore_index)  # names the values
+    return loss, lse, int(counted)
 
 
 def cross_entropy_backward(x, target, lse, row_grad, ignore_index):
