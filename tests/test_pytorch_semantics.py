@@ -470,3 +470,44 @@ def test_state_dict_values_are_detached_tensors_sharing_memory():
     with ta.no_grad():
         lin.weight.add_(1.0)
     np.testing.assert_array_equal(state["weight"].numpy(), snapshot.numpy() + 1)  # shares memory, as PyTorch
+
+
+# --- the graph as PyTorch shows it: grad_fn's name and next_functions -------------------------------------------
+
+
+def _walk(fn):
+    """The nodes' names depth-first, as a program drawing the graph reads them ('None' for no gradient)."""
+    if fn is None:
+        return ["None"]
+    names = [fn.name()]
+    for parent, index in fn.next_functions:
+        assert index == 0
+        names += _walk(parent)
+    return names
+
+
+def _graph(lib):
+    x = lib.tensor(np.array([0.5, 1.5, 2.0]), requires_grad=True)
+    c = lib.tensor(np.array([1.0, 2.0, 3.0]))
+    return x, ((x * 2 + c - x / 3).exp().log().tanh().sigmoid().relu() ** 2).neg().sum()
+
+
+def test_grad_fn_names_and_next_functions():
+    x, y = _graph(ta)
+    names = _walk(y.grad_fn)
+    assert names[:3] == ["SumBackward0", "NegBackward0", "PowBackward0"] and names.count("None") == 3
+    assert repr(y.grad_fn).startswith("<SumBackward0 object at 0x") and "grad_fn=<SumBackward0>" in repr(y)
+    node = y.grad_fn
+    while node.name() != "SubBackward0":  # down the first inputs: Neg, Pow, Relu, ..., Exp, Sub
+        node = node.next_functions[0][0]
+    add, div = (f for f, _ in node.next_functions)
+    assert (add.name(), div.name()) == ("AddBackward0", "DivBackward0")
+    accumulate = div.next_functions[0][0]
+    assert accumulate.name() == "torch::autograd::AccumulateGrad" and accumulate.variable is x
+    assert accumulate.next_functions == () and div.next_functions[1] == (None, 0)  # the 3: no gradient
+
+
+@pytest.mark.torch_parity
+def test_grad_fn_graph_matches_pytorchs():
+    torch = pytest.importorskip("torch")
+    assert _walk(_graph(ta)[1].grad_fn) == _walk(_graph(torch)[1].grad_fn)

@@ -301,6 +301,37 @@ class Context:
         if self.saved_versions:
             self.saved_versions = ()
 
+    # PyTorch's view of a node, for programs that walk the graph (torchviz-style drawings, tutorials)
+    def name(self) -> str:
+        """The rule's name with PyTorch's suffix: MulBackward0."""
+        return f"{self.function.__name__}Backward0"
+
+    @property
+    def next_functions(self) -> tuple:
+        """One (node, 0) pair per input: the Context that made it, an AccumulateGrad for a leaf that requires
+        grad, None for an input that needs no gradient."""
+        parents = self.parents or (None,) * len(self.inputs)
+        return tuple(((p if type(p) is Context else AccumulateGrad(p)) if need else None, 0)
+                     for p, need in zip(parents, self.needs_input_grad))
+
+    def __repr__(self) -> str:
+        return f"<{self.name()} object at {id(self):#x}>"
+
+
+class AccumulateGrad:
+    """A leaf's place in next_functions (PyTorch's name): `variable` is the leaf whose .grad receives the sum."""
+
+    next_functions = ()
+
+    def __init__(self, variable: Node):
+        self.variable = variable
+
+    def name(self) -> str:
+        return "torch::autograd::AccumulateGrad"
+
+    def __repr__(self) -> str:
+        return f"<AccumulateGrad object at {id(self):#x}>"
+
     @property
     def released(self) -> bool:
         return self.saved_tensors is None

@@ -381,7 +381,7 @@ class Tensor(Node):
         body = np.array2string(self._data, precision=4, separator=", ", prefix="tensor(", threshold=50)
         extra = "" if self.dtype in (np.float32, np.int64, np.bool_) else f", dtype=ta.{self.dtype}"
         if self._ctx is not None:
-            extra += f", grad_fn=<{self._ctx.function.__name__}Backward>"
+            extra += f", grad_fn=<{self._ctx.name()}>"
         elif self.requires_grad:
             extra += ", requires_grad=True"
         return f"tensor({body}{extra})"
