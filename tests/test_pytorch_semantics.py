@@ -511,3 +511,18 @@ def test_grad_fn_names_and_next_functions():
 def test_grad_fn_graph_matches_pytorchs():
     torch = pytest.importorskip("torch")
     assert _walk(_graph(ta)[1].grad_fn) == _walk(_graph(torch)[1].grad_fn)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cross_entropy_keeps_its_own_targets(weighted):
+    """The caller's target array may be refilled (the next batch) before backward: the gradient is the
+    targets' at the forward."""
+    logits = np.random.default_rng(0).normal(size=(3, 4))
+    weight = np.array([1.0, 2.0, 0.5, 1.5]) if weighted else None
+    expected = T(logits)
+    F.cross_entropy(expected, np.array([0, 2, 1]), weight=weight).backward()
+    x, target = T(logits), np.array([0, 2, 1])
+    loss = F.cross_entropy(x, target, weight=weight)
+    target[:] = [3, 3, 3]
+    loss.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), expected.grad.numpy())

@@ -112,7 +112,7 @@ def _indices(target: Any, op: str) -> np.ndarray:
     target = np.asarray(target._data if isinstance(target, Tensor) else target)
     if target.dtype.kind not in "iu":
         raise TypeError(f"{op}: target must hold integer class indices, got dtype {target.dtype}")
-    return target.astype(np.int64, copy=False)
+    return target.astype(np.int64)  # a copy: the graph keeps it, and the caller's array may change before backward
 
 
 def _class_weight(weight: Any, classes: int, dtype: np.dtype, op: str) -> np.ndarray:
@@ -171,7 +171,6 @@ def _fused_rows(rows: Tensor, flat_target: np.ndarray, shape: tuple, ignore_inde
         raise TypeError(f"cross_entropy: ignore_index must be an int64, got {ignore_index!r} (Overflow when unpacking "
                         "long)")
     ignore_index = int(ignore_index)
-    flat_target = flat_target.astype(np.int64, copy=False)
     if reduction != "none" and label_smoothing == 0:  # the common case: one node, which counts the targets
         return CrossEntropy.apply(rows, target=flat_target, ignore_index=ignore_index, reduction=reduction)
     losses = CrossEntropy.apply(rows, target=flat_target, ignore_index=ignore_index)

@@ -40,7 +40,7 @@ def _relu_serial(x, grad, out, start, stop):  # run_rows's serial call: the whol
 
 
 def _run(x: np.ndarray, grad: np.ndarray) -> np.ndarray:
-    flat = x.ravel()  # x itself when C-contiguous, else a contiguous copy
+    flat = x.ravel()  # a flat view of x when C-contiguous, else a contiguous copy
     out = buffers.empty(flat.shape, flat.dtype)
     run_rows(_relu_parallel, _relu_serial, flat.size, flat, grad, out)
     return out.reshape(x.shape)
