@@ -301,6 +301,10 @@ class Context:
         if self.saved_versions:
             self.saved_versions = ()
 
+    @property
+    def released(self) -> bool:
+        return self.saved_tensors is None
+
     # PyTorch's view of a node, for programs that walk the graph (torchviz-style drawings, tutorials)
     def name(self) -> str:
         """The rule's name with PyTorch's suffix: MulBackward0."""
@@ -331,10 +335,6 @@ class AccumulateGrad:
 
     def __repr__(self) -> str:
         return f"<AccumulateGrad object at {id(self):#x}>"
-
-    @property
-    def released(self) -> bool:
-        return self.saved_tensors is None
 
 
 class _SavedAsTensors:

@@ -202,7 +202,6 @@ class Optimizer:
         for group, restored in zip(self.param_groups, groups):
             group.update(restored)
 
-
     def _fresh_where_absent(self, state: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> dict:
         """PyTorch's layout keeps no state for a parameter that never stepped (or an SGD without momentum) and
         no step count for SGD: such a parameter's state is this optimizer's fresh one, and a momentum buffer
