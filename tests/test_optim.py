@@ -122,13 +122,19 @@ def test_matches_torch_optim(name):
     torch = pytest.importorskip("torch")
     kw = {"SGD": dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
           "Adam": dict(lr=0.01, weight_decay=0.1), "AdamW": dict(lr=0.01, weight_decay=0.1)}[name]
-    ours = run(getattr(optim, name), GRADS, **kw)
+    against_torch(torch, name, GRADS, kw)
+
+
+def against_torch(torch, name, grads, kw):
+    """Ours and torch.optim's optimizer `name` step by step from the same parameter; returns torch's (p, opt)."""
+    ours = run(getattr(optim, name), grads, **kw)
     p = torch.tensor([1.0, -2.0], dtype=torch.float64, requires_grad=True)
     opt = getattr(torch.optim, name)([p], **kw)
-    for got, g in zip(ours, GRADS):
+    for got, g in zip(ours, grads):
         p.grad = torch.tensor(g, dtype=torch.float64)
         opt.step()
         np.testing.assert_allclose(got, p.detach().numpy(), rtol=1e-10)
+    return p, opt
 
 
 def test_state_dict_has_pytorchs_layout():
@@ -200,13 +206,7 @@ def test_amsgrad_and_maximize_closed_form():
 @pytest.mark.parametrize("name, kw", OPTIONS)
 def test_options_match_torch_and_state_dicts_move_both_ways(name, kw):
     torch = pytest.importorskip("torch")
-    ours = run(getattr(optim, name), AMSGRAD_GRADS, **kw)
-    p = torch.tensor([1.0, -2.0], dtype=torch.float64, requires_grad=True)
-    theirs = getattr(torch.optim, name)([p], **kw)
-    for got, g in zip(ours, AMSGRAD_GRADS):
-        p.grad = torch.tensor(g, dtype=torch.float64)
-        theirs.step()
-        np.testing.assert_allclose(got, p.detach().numpy(), rtol=1e-10)
+    p, theirs = against_torch(torch, name, AMSGRAD_GRADS, kw)
     # PyTorch's state dict (tensors made arrays) loads here and the next steps agree; ours has its keys
     q = ta.Tensor(p.detach().numpy().copy(), requires_grad=True)
     mine = getattr(optim, name)([q], **kw)
