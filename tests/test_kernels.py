@@ -424,69 +424,6 @@ def test_flash_attention_backward_gradcheck(small_blocks, kind, tq, tk, causal, 
     assert ta.gradcheck(attend, [q, k, v])
 
 
-def _dense_attention_grads(q, k, v, grad, scale, causal, group):
-    """dq, dk, dv of softmax(scale q k^T) v (causal: query i sees keys 0..i) in plain numpy, kv heads shared by
-    `group` query heads: the backward's formulas on the whole (Tq, Tk) matrix."""
-    kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # (P, Q, Tk, d)
-    s = q @ np.swapaxes(kk, -1, -2) * scale
-    if causal:
-        s = np.where(np.tri(q.shape[2], k.shape[2], dtype=bool), s, -np.inf)
-    top = s.max(axis=-1, keepdims=True, initial=-np.inf)
-    e = np.exp(s - np.where(top == -np.inf, 0, top))
-    p = e / np.maximum(e.sum(axis=-1, keepdims=True), np.finfo(q.dtype).tiny)  # a row that sees nothing: 0
-    dp = grad @ np.swapaxes(vv, -1, -2)
-    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True)) * scale
-    dk, dv = np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ grad  # (P, Q, Tk, d) per query head
-    per_kv = lambda a: a.reshape(a.shape[0], a.shape[1] // group, group, *a.shape[2:]).sum(axis=2)  # noqa: E731
-    return ds @ kk, per_kv(dk), per_kv(dv)
-
-
-@pytest.mark.parametrize("threads", [1, 3])
-@given(tq=st.integers(0, 9), tk=st.integers(0, 9), group=st.sampled_from([1, 2]), causal=st.booleans(),
-       interleaved=st.booleans(), seed=st.integers(0, 2**16))
-def test_flash_backward_writes_every_gradient_entry(monkeypatch, threads, tq, tk, group, causal, interleaved, seed):
-    """The backward's dq, dk, dv are not zero-filled first: each item zeroes its own rows before it adds into
-    them. Into arrays full of NaN (contiguous, or heads interleaved within rows as views of one packed
-    gradient), on one thread (grouped query heads then add one after another into one dk per kv head) and
-    on three (several key ranges, each with a dQ of its own, and a dk per query head), every entry equals the
-    dense reference."""
-    share_work_among_threads(monkeypatch, threads)
-    monkeypatch.setattr(layout, "MAX_ROWS", 4)
-    monkeypatch.setattr(layout, "MAX_KEYS", 3)
-    rng = np.random.default_rng(seed)
-    q = rng.normal(size=(1, 2 * group, tq, 3))
-    k, v = (rng.normal(size=(1, 2, tk, 3)) for _ in range(2))
-    grad = rng.normal(size=q.shape)
-    variant = flash.Variant.grouped(group, causal)
-    out, lse, read = flash.flash_attention_forward(q, k, v, 0.5, variant, None)
-    nan_like = lambda a: (np.full(a.shape[:1] + a.shape[2:3] + a.shape[1:2] + a.shape[3:], np.nan).transpose(  # noqa: E731
-        0, 2, 1, 3) if interleaved else np.full(a.shape, np.nan))
-    given_grads = [nan_like(a) for a in (q, k, v)]
-    got = flash.flash_attention_backward(grad, *read, out, lse, 0.5, variant, None, grads=given_grads)[:3]
-    for a, b, expected in zip(got, given_grads, _dense_attention_grads(q, k, v, grad, 0.5, causal, group)):
-        assert a is b
-        np.testing.assert_allclose(a, expected, **tol(np.float64))
-
-
-@pytest.mark.parametrize("threads", [1, 3])
-def test_packed_attention_gradient_needs_no_zero_fill(monkeypatch, threads):
-    """The packed qkv's gradient is a new array the kernel writes whole (here one full of NaN): equal to the
-    gradient of the same attention on separate q, k, v."""
-    from tinygrad_attn import fused
-
-    share_work_among_threads(monkeypatch, threads)
-    monkeypatch.setattr(layout, "MAX_ROWS", 4)
-    monkeypatch.setattr(layout, "MAX_KEYS", 3)
-    monkeypatch.setattr(fused, "empty", lambda shape, dtype: np.full(shape, np.nan, dtype))
-    qkv = ta.Tensor(np.random.default_rng(0).normal(size=(2, 9, 3, 2, 4)), requires_grad=True)  # (B, T, 3, H, d)
-    grad = np.random.default_rng(1).normal(size=(2, 9, 2, 4))
-    F.packed_self_attention(qkv, is_causal=True).backward(grad)
-    split = ta.Tensor(qkv.detach().numpy(), requires_grad=True)
-    q, k, v = (split[:, :, i].transpose(1, 2) for i in range(3))
-    F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).backward(grad)
-    np.testing.assert_allclose(qkv.grad.numpy(), split.grad.numpy(), **tol(np.float64))
-
-
 @pytest.fixture(params=ATTENTION_PRODUCTS)
 def default_tiles(monkeypatch, request):
     """The default tiles, so short sequences fit one tile (the toy tasks' case), with the groups shared

@@ -20,14 +20,13 @@ import numpy as np
 
 from .checks import bool_mask, check_indices, check_tensor, float_tensor, normalize_dim
 from .engine import Function, Node
-from .kernels.buffers import empty
 from .kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
 from .kernels.embedding import scatter_add_rows
 from .kernels.flash import flash_attention_backward, flash_attention_forward
 from .kernels.gelu import gelu_backward, gelu_forward
 from .kernels.layernorm import layer_norm_backward, layer_norm_forward
 from .kernels.layout import as_group_grid, grid_bias
-from .kernels.parallel import column_sums, matmul_pair, row_split_matmul
+from .kernels.parallel import column_sums, matmul_pair, row_split_matmul, zeros
 from .kernels.rmsnorm import rms_norm_backward, rms_norm_forward
 from .kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward
 from .kernels.visibility import UNBOUNDED
@@ -364,7 +363,7 @@ class FlashAttention(Function):
             lead_kv = ctx.lead[:-1] + (ctx.lead[-1] // ctx.variant.group,) if ctx.lead else ctx.lead
             grads = [d.reshape((ctx.lead if i == 0 else lead_kv) + d.shape[2:]) for i, d in enumerate(grads)]
             return (*grads, *_unflat(captured, ctx.inputs[3:]))  # (..., T, d) each, then the captured tensors'
-        grad_qkv = empty(ctx.inputs[0].shape, grad.dtype)  # (..., T, 3, H, d): the kernel writes all three in place
+        grad_qkv = zeros(ctx.inputs[0].shape, grad.dtype)  # (..., T, 3, H, d): the three written in place
         *targets, _ = _heads((grad_qkv,))
         in_place = all(np.may_share_memory(t, grad_qkv) for t in targets)  # not when the grid had to be copied
         *grads, _ = flash_attention_backward(grad, q, k, v, out, lse, ctx.scale, ctx.variant, grid_mask,

@@ -196,10 +196,8 @@ def attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, part, items):
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=SAFE_FASTMATH)
 def backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_parts, dk, dv, gemm, part, items):
     """The backward for items group * n_ranges + key range, one after another: dK and dV of the range's
-    keys into dk and dv (one per query head, or one per kv head when a single part runs every item), dQ
-    into dq_parts[range], the captured values' gradients added into variant's grads[part] (zero-filled).
-    dq, dk and dv need no zero fill: an item zeroes its own rows first, in the cache of the thread that adds
-    into them next (with one dk per kv head, the group's first query head does)."""
+    keys added into dk and dv (one per query head), dQ into dq_parts[range], the captured values' gradients
+    into variant's grads[part] (all zero-filled)."""
     vis, scale, bias, grid, captured, grads = variant
     lo, hi, group, has_bias, bq, bk = vis[LO], vis[HI], vis[GROUP], vis[HAS_BIAS] != 0, vis[ROWS], vis[KEYS]
     modified, masked = vis[MODIFIED] != 0, vis[MASKED] != 0
@@ -220,19 +218,11 @@ def backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_part
         dq_g, dk_g, dv_g = dq_parts[r, a, b], dk[a, kv_head], dv[a, kv_head]  # (Tq, d): this range's share of dQ
         out_g = out[a, b]  # (Tq, dv)
         seen = grid[a if grid.shape[0] > 1 else 0, b if grid.shape[1] > 1 else 0]  # (query blocks, key tiles)
-        for i in range(tq):  # delta = rowsum(dO * out): (Tq,), once per item; dQ's rows start at 0
+        for i in range(tq):  # delta = rowsum(dO * out): (Tq,), once per item
             total = q.dtype.type(0)
             for c in range(d_v):
                 total += grad_g[i, c] * out_g[i, c]
             delta[i] = total
-            for c in range(d):
-                dq_g[i, c] = 0
-        if b % (n_inner // dk.shape[1]) == 0:  # the first item to add into these keys' rows
-            for j in range(edges[r], edges[r + 1]):
-                for c in range(d):
-                    dk_g[j, c] = 0
-                for c in range(d_v):
-                    dv_g[j, c] = 0
         for u0 in range(edges[r], edges[r + 1], bk):
             u = u0 // bk
             u1 = minimum(u0 + bk, tk)
@@ -419,19 +409,19 @@ def flash_attention_forward(q, k, v, scale, variant, bias, captured=None):
 
 def flash_attention_backward(grad_out, q, k, v, out, lse, scale, variant, bias, grads=None, captured=None):
     """dq, dk, dv (P, Q, T, d) each, for the forward above, and the captured values' gradient (float64,
-    flat, or None without a modifier); `grads` may give three arrays to receive dq, dk, dv (such as views into
-    one packed gradient), whose values are never read."""
+    flat, or None without a modifier); `grads` may give three zero-filled arrays to receive dq, dk, dv (such
+    as views into one packed gradient)."""
     lead, tq, tk, tile, threads, reused, grid = _plan_of(q, k, v, variant)
-    dq, dk_to, dv_to = grads if grads is not None else (new_like(a, a.shape[3]) for a in (q, k, v))
+    dq, dk_to, dv_to = grads if grads is not None else (new_like(a, a.shape[3], parallel.zeros) for a in (q, k, v))
     edges, plan = backward_plan(lead, grid, tile, tq, tk, threads)
     # grouped-query: the query heads of a group add into one kv head's dk and dv when one part runs every
     # item, one after another; on several threads each query head has its own, summed over the group after
     per_head = variant.group > 1 and len(plan[0]) > 2
-    dk, dv = (buffers.empty((a.shape[0], q.shape[1]) + a.shape[2:], a.dtype) if per_head else
-              buffers.empty(a.shape, a.dtype) if rows_apart(a, reused) else a for a in (dk_to, dv_to))
+    dk, dv = (parallel.zeros((a.shape[0], q.shape[1]) + a.shape[2:], a.dtype) if per_head else
+              parallel.zeros(a.shape, a.dtype) if rows_apart(a, reused) else a for a in (dk_to, dv_to))
     grad_out, q, k, v = (dense_rows(a, reused) for a in (grad_out, q, k, v))
     n_ranges = len(edges) - 1
-    dq_parts = dq[None] if n_ranges <= 1 else buffers.empty((n_ranges,) + q.shape, q.dtype)
+    dq_parts = dq[None] if n_ranges <= 1 else parallel.zeros((n_ranges,) + q.shape, q.dtype)
     vis, bias, grid, values, grads_c = _kernel_variant(variant, q, tk, tile, grid, bias, captured, len(plan[0]) - 1)
     kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads_c)
     parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, out, lse, kernel_variant,
