@@ -12,13 +12,14 @@ from numba import njit, prange
 
 from . import SAFE_FASTMATH, buffers
 from .parallel import run_rows
-from .vector import maximum, part_rows, wide_vectors
+from .vector import maximum, part_rows
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH)
 def _relu(x, grad, out):
-    """out = max(x, 0) when grad is empty, else grad where x > 0 and 0 elsewhere (the subgradient at 0 is 0)."""
-    wide_vectors()
+    """out = max(x, 0) when grad is empty, else grad where x > 0 and 0 elsewhere (the subgradient at 0 is 0).
+    With LLVM's default vector width: unlike the exp-heavy kernels, these loops only move memory, and ran
+    faster with 256-bit vectors than with vector.wide_vectors's 512 (docs/performance.md)."""
     zero = x.dtype.type(0)
     if grad.size == 0:
         for i in range(x.size):

@@ -4,7 +4,8 @@ vectorises, the widest vectors, a function kept out of line, and the rows of par
 Compiled, `maximum` and `exp_vectorizable` become LLVM's NaN-propagating `maximum` and an exp made of a
 polynomial and an exponent shift, both of which LLVM turns into vector instructions; numba's `max` and
 `math.exp` do not vectorise. Without numba (NUMBA_DISABLE_JIT=1) their plain Python definitions run. Each
-hot kernel (the row kernels and the tile kernels) starts with `wide_vectors()`.
+hot kernel that computes (the row kernels and the tile kernels) starts with `wide_vectors()`; ReLU's,
+which only moves memory, keeps LLVM's default width.
 """
 
 from __future__ import annotations
