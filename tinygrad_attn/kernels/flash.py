@@ -72,6 +72,8 @@ from .visibility import (
 )
 
 FEW_ROWS = 16  # a query block of fewer rows multiplies by k^T where it lies instead of laying it out
+ROW_PAD = 16  # columns past the widest tile in the score scratch rows: rows exactly a tile wide ran the small
+# tiles' kernels slower, a placement effect of the scratch arrays in the cache (docs/performance.md)
 
 
 @njit(cache=True, nogil=True)  # not inlined: in the drivers' 512-bit vector setting this copy runs slower
@@ -133,7 +135,7 @@ def attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, part, items):
     n_inner, tq, tk = q.shape[1], q.shape[2], k.shape[2]
     n_blocks = -(-tq // bq)
     d, d_v, n_kv = q.shape[3], v.shape[3], k.shape[1]
-    s_buf = np.empty((bq, bk), q.dtype)
+    s_buf = np.empty((bq, bk + ROW_PAD), q.dtype)
     n_tiles = -(-tk // bk) if tq >= FEW_ROWS else 0  # a few rows (decoding) read k^T where it lies
     # 2-D, in q's dtype: a first run compiles no other np.empty than the tiles' own
     k_t = np.empty((n_tiles * d, bk), q.dtype)  # rows u d .. u d + d: key tile u's (scale k)^T, of kv head `head`
@@ -165,7 +167,7 @@ def attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, part, items):
                 continue
             c0, c1 = block_columns(r0, r1, u * bk, minimum(u * bk + bk, tk), lo, hi)  # the keys the block sees
             n = c1 - c0
-            s_rows = rows(s_buf, 0, r1 - r0)  # (bq, bk): the tile in its first n columns, C rows for tiles.py
+            s_rows = rows(s_buf, 0, r1 - r0)  # (bq, bk + pad): the tile in its first n columns, C rows for tiles.py
             s = columns(s_rows, 0, n)  # (bq, n)
             if r1 - r0 >= FEW_ROWS:  # (scale k)^T, laid out for BLAS's fastest product: (d, bk)
                 tile_t = rows(k_t, u * d, u * d + d)  # (d, bk)
@@ -203,8 +205,8 @@ def backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_part
     modified, masked = vis[MODIFIED] != 0, vis[MASKED] != 0
     n_inner, tq, tk, n_ranges = q.shape[1], q.shape[2], k.shape[2], len(edges) - 1
     d, d_v = q.shape[3], v.shape[3]
-    s_buf, dp_buf = np.empty((bq, bk), q.dtype), np.empty((bq, bk), q.dtype)
-    raw_buf = np.empty((bq if modified else 1, bk), q.dtype)  # the scores before the modifier
+    s_buf, dp_buf = np.empty((bq, bk + ROW_PAD), q.dtype), np.empty((bq, bk + ROW_PAD), q.dtype)
+    raw_buf = np.empty((bq if modified else 1, bk + ROW_PAD), q.dtype)  # the scores before the modifier, as wide
     kt_buf, vt_buf = np.empty((d, bk), q.dtype), np.empty((d_v, bk), q.dtype)
     per_row = np.empty((2, tq), q.dtype)
     delta, lse_rows = per_row[0], per_row[1]  # (Tq,): every row's delta; the lse of a block's rows
@@ -240,7 +242,7 @@ def backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_part
                 k_t, v_t = columns(kt_buf, c0 - u0, c1 - u0), columns(vt_buf, c0 - u0, c1 - u0)  # (d, n), (dv, n)
                 dk_tile, dv_tile = rows(dk_g, c0, c1), rows(dv_g, c0, c1)  # (n, d), (n, dv)
                 q_rows, d_out = rows(q_g, r0, r1), rows(grad_g, r0, r1)  # (bq, d), (bq, dv)
-                s_rows, dp_rows = rows(s_buf, 0, r1 - r0), rows(dp_buf, 0, r1 - r0)  # (bq, bk): tiles in n columns
+                s_rows, dp_rows = rows(s_buf, 0, r1 - r0), rows(dp_buf, 0, r1 - r0)  # tiles in their n columns
                 s, dp = columns(s_rows, 0, n), columns(dp_rows, 0, n)  # (bq, n)
                 if r1 - r0 >= FEW_ROWS:  # the forward's product for these rows, so that S - lse <= 0 exactly
                     scores_into(s, q_rows, k_t, 1.0, columns(rows(bias_g, r0, r1), c0, c1), has_bias, gemm)

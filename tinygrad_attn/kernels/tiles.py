@@ -2,7 +2,7 @@
 
 A tile holds the scores S of bq query rows and n key columns of one group, in
 the first n columns of C-contiguous rows s (bq, width >= n): rows of a scratch
-buffer as wide as the widest tile, so that every tile, the last narrower one
+buffer wider than the widest tile, so that every tile, the last narrower one
 too, is laid out for vectorised loops without a reshape. (q_start, k_start)
 place it in the whole (Tq, Tk) matrix, so that the band of visibility.py (query q sees key c only if
 q + lo <= c <= q + hi: causal, sliding windows) is applied without building a mask: each row's
