@@ -167,7 +167,7 @@ def attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, part, items):
                 continue
             c0, c1 = block_columns(r0, r1, u * bk, minimum(u * bk + bk, tk), lo, hi)  # the keys the block sees
             n = c1 - c0
-            s_rows = rows(s_buf, 0, r1 - r0)  # (bq, bk + pad): the tile in its first n columns, C rows for tiles.py
+            s_rows = rows(s_buf, 0, r1 - r0)  # (bq, bk + ROW_PAD): the tile in its first n columns, C rows for tiles.py
             s = columns(s_rows, 0, n)  # (bq, n)
             if r1 - r0 >= FEW_ROWS:  # (scale k)^T, laid out for BLAS's fastest product: (d, bk)
                 tile_t = rows(k_t, u * d, u * d + d)  # (d, bk)
