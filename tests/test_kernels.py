@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 from conftest import ATTENTION_PRODUCTS, products_on_numba_threads, shapes, share_work_among_threads
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from numba import njit
 
@@ -905,14 +905,18 @@ def test_share_out_gives_every_item_to_one_thread(work, n):
 
 
 @given(groups=st.integers(1, 64), blocks=st.integers(1, 8), n=st.integers(2, 16))
+@example(groups=1, blocks=8, n=4)  # runs 1+2+3+4 | 5+6 | 7 | 8 would be 22% over a fair share: dealt out instead
+@example(groups=3, blocks=1, n=2)  # equal items dealt out in order: 0 | 1 2
 def test_share_out_keeps_whole_heads_together_when_that_shares_fairly(groups, blocks, n):
     """Equal heads (causal blocks within each): runs of consecutive items, each thread's heads its own, so no
     two threads write the rows of neighbouring heads; the work still within CONTIGUOUS_SLACK of a fair share."""
     work = np.tile(np.arange(1, blocks + 1), groups)  # (group, query block): a later block sees more keys
     bounds, items = layout.share_out(work, n)
     loads = [work[items[a:b]].sum() for a, b in zip(bounds, bounds[1:])]
-    if list(items) == list(range(len(work))):  # runs: kept only when fair
-        assert max(loads) <= work.sum() / len(loads) * (1 + layout.CONTIGUOUS_SLACK) + 1e-9
+    if list(items) == list(range(len(work))):  # in order: runs, kept only when fair ...
+        fair = max(loads) <= work.sum() / len(loads) * (1 + layout.CONTIGUOUS_SLACK) + 1e-9
+        # ... or equal items dealt out, which stay in order when there is at most one more than threads (0 | 1 2)
+        assert fair or (blocks == 1 and len(work) <= n + 1)
     if groups % n == 0:  # whole heads share out exactly
         assert list(items) == list(range(len(work))) and all((b - a) % blocks == 0 for a, b in zip(bounds, bounds[1:]))
 

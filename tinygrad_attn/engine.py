@@ -257,6 +257,11 @@ class Context:
                         owners += (t, counter, counter[0])
                     break
             else:
+                data, base = result._data, arr.base
+                if result._base is None and (arr is data or arr is data.base or (base is not None and (
+                        base is data or base is data.base))):  # the output's memory, which no input shares
+                    owners += (data, result._version_counter, result._version_counter[0])
+                    continue
                 if memory is None:  # each tensor's array and its base, read once for all the saved arrays
                     memory = [(t, t, t._data, t._data.base) for t in tensors]
                     # the output by its array: the tensor itself here would hold its own node (a cycle, which

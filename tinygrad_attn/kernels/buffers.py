@@ -33,8 +33,11 @@ _held = 0  # bytes in _pool
 _lock = threading.Lock()
 
 
+_getrefcount = sys.getrefcount
+
+
 def _references(buffers: list, i: int) -> int:
-    return sys.getrefcount(buffers[i])
+    return _getrefcount(buffers[i])
 
 
 _UNUSED = _references([np.empty(1, np.uint8)], 0)  # a buffer only the pool refers to, as counted here
@@ -63,7 +66,7 @@ def only_view(a: np.ndarray) -> bool:
 
 def empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     """np.empty(shape, dtype), C-contiguous, in reused memory when it is large."""
-    if type(dtype) is not np.dtype:
+    if not isinstance(dtype, np.dtype):  # np.float32 and the like (a dtype's own type is a subclass)
         dtype = np.dtype(dtype)
     size = math.prod(shape) * dtype.itemsize
     if size < MIN_BYTES or dtype.hasobject:
@@ -90,9 +93,11 @@ def contiguous(a: np.ndarray) -> np.ndarray:
 def _buffer(size: int) -> np.ndarray:
     global _held
     with _lock:
-        buffers = _pool.setdefault(size, [])
+        buffers = _pool.get(size)
+        if buffers is None:
+            buffers = _pool[size] = []
         for i in range(len(buffers)):
-            if _references(buffers, i) == _UNUSED:
+            if _getrefcount(buffers[i]) == _UNUSED:  # counted as _references counts
                 return buffers[i]
         if _held + size > LIMIT_BYTES:
             _drop_unused()

@@ -33,6 +33,7 @@ import threading
 import warnings
 from collections.abc import Callable
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -112,7 +113,10 @@ def run_parts(parallel_kernel: Callable, serial_kernel: Callable, count: int, wo
     n = _available_cpus() if _num_threads is None else _num_threads
     if n <= 1 or not (_PRANGE_OK or _numba_ready()):
         return serial_kernel(*args, 0, count)
-    return _on_numba_threads(n, parallel_kernel, *args, min(count, ROW_PARTS_PER_THREAD * n))
+    parts = count if count < ROW_PARTS_PER_THREAD * n else ROW_PARTS_PER_THREAD * n
+    if getattr(_seen, "count", None) == n:  # numba's count on this thread is n already: _on_numba_threads's first case
+        return parallel_kernel(*args, parts)
+    return _on_numba_threads(n, parallel_kernel, *args, parts)
 
 
 def zeros(shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -221,8 +225,6 @@ def _on_numba_threads(n: int, kernel: Callable, *args):
     numba's count is read once per thread and then remembered here (asking numba costs more than a small
     kernel). Were it changed behind our back, a kernel would run on that count: its parts, and so its
     result, are the same on any count."""
-    import numba
-
     wanted = min(n, numba.config.NUMBA_NUM_THREADS)
     previous = getattr(_seen, "count", None)
     if previous is None:
@@ -369,8 +371,6 @@ def _safe_numba_layer() -> bool:
     TBB; its own "workqueue" layer is not), found without starting it."""
     import importlib
 
-    import numba
-
     if numba.config.DISABLE_JIT or numba.config.THREADING_LAYER not in ("default", "safe", "threadsafe", "omp", "tbb"):
         return False
     for module in ("numba.np.ufunc.tbbpool", "numba.np.ufunc.omppool"):
@@ -422,8 +422,6 @@ def _start_numba_threads() -> None:
     PyTorch imported afterwards runs its matrix products as new thread teams inside its own parallel
     loops, many times slower. Our kernels never nest, so the limit is put back as it was.
     """
-    import numba
-
     try:
         numba.threading_layer()
         return  # already started, by this process's own numba code: nothing of ours to undo

@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import SAFE_FASTMATH, buffers
-from .parallel import run_rows
+from .parallel import run_parts
 from .vector import maximum, part_rows
 
 
@@ -41,16 +41,18 @@ def _relu_serial(x, grad, out, start, stop):  # run_rows's serial call: the whol
 
 
 def _run(x: np.ndarray, grad: np.ndarray) -> np.ndarray:
-    flat = x.ravel()  # a flat view of x when C-contiguous, else a contiguous copy
-    out = buffers.empty(flat.shape, flat.dtype)
-    run_rows(_relu_parallel, _relu_serial, flat.size, flat, grad, out)
-    return out.reshape(x.shape)
+    out = buffers.empty(x.shape, x.dtype)
+    run_parts(_relu_parallel, _relu_serial, x.size, x.size, x.ravel(), grad, out.reshape(-1))  # flat views
+    return out
+
+
+_NO_GRAD = {char: np.empty(0, char) for char in "fd"}  # the forward's "no gradient" (read-only to the kernel)
 
 
 def relu_forward(x: np.ndarray) -> np.ndarray:
     if x.dtype.char not in "fd":  # float32 and float64 have kernels
         return np.maximum(x, 0)
-    return _run(x, np.empty(0, x.dtype))
+    return _run(x, _NO_GRAD[x.dtype.char])
 
 
 def relu_backward(x: np.ndarray, grad: np.ndarray) -> np.ndarray:

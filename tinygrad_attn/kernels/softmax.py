@@ -25,6 +25,7 @@ from .parallel import run_rows
 from .vector import exp_vectorizable, maximum, part_rows, wide_vectors
 
 _NO_MASK = np.zeros((0, 0), dtype=np.bool_)
+_NO_LSE = {char: np.empty(0, char) for char in "fd"}  # softmax's "no log-sum-exp wanted"
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
@@ -153,7 +154,7 @@ def softmax_forward(x: np.ndarray, keep: np.ndarray, log: bool, want_lse: bool =
     """Returns (y, lse): probabilities (or log-probabilities) and per-row log-sum-exp (-inf for dead rows;
     empty for softmax when not `want_lse`, which its backward does not need)."""
     out = buffers.empty(x.shape, x.dtype)
-    lse = np.empty(x.shape[0] if log or want_lse else 0, x.dtype)
+    lse = np.empty(x.shape[0], x.dtype) if log or want_lse else _NO_LSE[x.dtype.char]
     drivers = (_log_softmax_parallel, _log_softmax_rows) if log else (_softmax_parallel, _softmax_rows)
     run_rows(*drivers, x.size * 4, x, keep, out, lse)
     return out, lse
