@@ -18,6 +18,7 @@ from numba import njit
 import tinygrad_attn as ta
 from tinygrad_attn import functional as F
 from tinygrad_attn.kernels import blas, flash, layout, parallel, tiles, vector, visibility
+from tinygrad_attn.kernels import softmax as softmax_kernels
 from tinygrad_attn.kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward, cross_entropy_reference
 from tinygrad_attn.kernels.embedding import scatter_add_rows, scatter_add_rows_reference
 from tinygrad_attn.kernels.gelu import gelu_backward, gelu_forward, gelu_reference
@@ -53,6 +54,28 @@ def test_softmax_kernel_matches_reference(dtype, log, rows, n, seed, masked):
     without, no_lse = softmax_forward(x, np.zeros((0, 0), bool) if keep is None else keep, log, want_lse=False)
     np.testing.assert_array_equal(without, y)  # the same values without the log-sum-exp (softmax's backward)
     assert no_lse.shape == ((rows,) if log else (0,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(rows=st.integers(1, 7), n=st.integers(softmax_kernels.PAIRED_ROWS_FROM - 3, 140), seed=st.integers(0, 2**16),
+       start=st.integers(0, 2))
+def test_softmax_kernel_on_long_rows_two_at_a_time_matches_reference(dtype, rows, n, seed, start):
+    """Unmasked rows from PAIRED_ROWS_FROM entries go two at a time (an odd last row alone), from any first row
+    a part starts at: values and log-sum-exp as the reference's, a NaN row NaN, an all -inf row 0 beside them."""
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=(rows + start, n)) * 5).astype(dtype)
+    x[start + rng.integers(0, rows)] = -np.inf  # a row with nothing to attend to: zeros, lse -inf
+    if rows > 1:
+        x[start + rng.integers(0, rows), rng.integers(0, n)] = np.nan  # a NaN reaches its own row only
+    out, lse = np.full_like(x, 7.0), np.full(rows + start, 7.0, dtype)
+    softmax_kernels._softmax_rows(x, np.zeros((0, 0), bool), out, lse, start, start + rows)
+    np.testing.assert_allclose(out[start:], softmax_reference(x[start:]), **tol(dtype))
+    assert np.all(out[:start] == 7.0) and np.all(lse[:start] == 7.0)  # rows before the part untouched
+    live = np.isfinite(x[start:]).any(axis=1) | np.isnan(x[start:]).any(axis=1)
+    m = np.where(live, np.nanmax(np.where(np.isnan(x[start:]), -np.inf, x[start:]), axis=1), 0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # the dead row's log(0), the NaN row's -inf - -inf
+        want = np.where(live, m + np.log(np.exp(x[start:] - m[:, None]).sum(axis=1)), -np.inf)
+    np.testing.assert_allclose(lse[start:], want, **tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
