@@ -233,7 +233,8 @@ class Context:
 
     def __init__(self, function: type[Function], inputs: tuple[Node, ...], kwargs: dict):
         self.function, self.inputs, self.kwargs = function, inputs, kwargs
-        needs = ((inputs[0].requires_grad, inputs[1].requires_grad) if len(inputs) == 2
+        n = len(inputs)  # one or two inputs written out: a list made for them costs more than their op
+        needs = ((inputs[0].requires_grad,) if n == 1 else (inputs[0].requires_grad, inputs[1].requires_grad) if n == 2
                  else tuple([t.requires_grad for t in inputs]))
         self.needs_input_grad = _SHARED_NEEDS.get(needs, needs)  # fewer objects for the garbage collector
         self.scope = module_scope.get()  # the module whose forward made this node (None outside modules)
@@ -461,7 +462,8 @@ class Function:
                         result._view_of = (t, cls, kwargs, root, root._ctx)
                     break
         if requires_grad:
-            ctx.parents = ((tensors[0]._ctx or tensors[0], tensors[1]._ctx or tensors[1]) if n == 2
+            ctx.parents = ((tensors[0]._ctx or tensors[0],) if n == 1 else
+                           (tensors[0]._ctx or tensors[0], tensors[1]._ctx or tensors[1]) if n == 2
                            else tuple([t._ctx or t for t in tensors]))
             if ctx.saved_tensors:
                 ctx.made = raw

@@ -448,11 +448,12 @@ def _heads(inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.n
     return (*(as_group_grid(a) for a in views), views[0].shape[:-2])  # grids of a packed qkv are views
 
 
-def _along_last(fn: type[Function], x: Node, dim: int, keep: np.ndarray | None) -> Node:
+def _along_last(fn: type[Function], x: Node, dim: int, keep: np.ndarray | None, op: str) -> Node:
     """Apply a last-axis Function along `dim` by moving `dim` last and back."""
-    dim = normalize_dim(dim, x.ndim, fn.__name__.lower())
-    if dim == x.ndim - 1 or x.ndim == 0:
-        return fn.apply(x, keep=keep)
+    ndim = x.ndim
+    dim = normalize_dim(dim, ndim, op)
+    if dim == ndim - 1 or ndim == 0:
+        return fn.apply(x) if keep is None else fn.apply(x, keep=keep)  # no keyword to read for the usual call
     if keep is not None:
         keep = np.swapaxes(np.broadcast_to(keep, x.shape), dim, -1)
     return fn.apply(x.transpose(dim, -1), keep=keep).transpose(dim, -1)
@@ -464,7 +465,7 @@ def softmax(x: Node, dim: int = -1, mask: object = None, *, dtype: Any = None) -
     x = float_tensor(x if dtype is None else check_tensor(x, "softmax").astype(dtype), "softmax")
     if x.ndim == 0:
         raise ValueError("softmax: the input needs at least one dim, got a 0-d tensor")
-    return _along_last(Softmax, x, dim, bool_mask(mask, x.shape, "softmax"))
+    return _along_last(Softmax, x, dim, None if mask is None else bool_mask(mask, x.shape, "softmax"), "softmax")
 
 
 def log_softmax(x: Node, dim: int = -1, mask: object = None, *, dtype: Any = None) -> Node:
@@ -472,4 +473,5 @@ def log_softmax(x: Node, dim: int = -1, mask: object = None, *, dtype: Any = Non
     x = float_tensor(x if dtype is None else check_tensor(x, "log_softmax").astype(dtype), "log_softmax")
     if x.ndim == 0:
         raise ValueError("log_softmax: the input needs at least one dim, got a 0-d tensor")
-    return _along_last(LogSoftmax, x, dim, bool_mask(mask, x.shape, "log_softmax"))
+    return _along_last(LogSoftmax, x, dim, None if mask is None else bool_mask(mask, x.shape, "log_softmax"),
+                       "log_softmax")
