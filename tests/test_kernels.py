@@ -57,19 +57,22 @@ def test_softmax_kernel_matches_reference(dtype, log, rows, n, seed, masked):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("log", [False, True])
 @given(rows=st.integers(1, 7), n=st.integers(softmax_kernels.PAIRED_ROWS_FROM - 3, 140), seed=st.integers(0, 2**16),
        start=st.integers(0, 2))
-def test_softmax_kernel_on_long_rows_two_at_a_time_matches_reference(dtype, rows, n, seed, start):
+def test_softmax_kernel_on_long_rows_two_at_a_time_matches_reference(dtype, log, rows, n, seed, start):
     """Unmasked rows from PAIRED_ROWS_FROM entries go two at a time (an odd last row alone), from any first row
     a part starts at: values and log-sum-exp as the reference's, a NaN row NaN, an all -inf row 0 beside them."""
     rng = np.random.default_rng(seed)
     x = (rng.normal(size=(rows + start, n)) * 5).astype(dtype)
-    x[start + rng.integers(0, rows)] = -np.inf  # a row with nothing to attend to: zeros, lse -inf
-    if rows > 1:
-        x[start + rng.integers(0, rows), rng.integers(0, n)] = np.nan  # a NaN reaches its own row only
+    dead = rng.integers(0, rows)
+    x[start + dead] = -np.inf  # a row with nothing to attend to: zeros, lse -inf
+    if rows > 1:  # in another row, a NaN, which reaches its own row only
+        x[start + (dead + 1 + rng.integers(0, rows - 1)) % rows, rng.integers(0, n)] = np.nan
     out, lse = np.full_like(x, 7.0), np.full(rows + start, 7.0, dtype)
-    softmax_kernels._softmax_rows(x, np.zeros((0, 0), bool), out, lse, start, start + rows)
-    np.testing.assert_allclose(out[start:], softmax_reference(x[start:]), **tol(dtype))
+    kernel = softmax_kernels._log_softmax_rows if log else softmax_kernels._softmax_rows
+    kernel(x, np.zeros((0, 0), bool), out, lse, start, start + rows)
+    np.testing.assert_allclose(out[start:], softmax_reference(x[start:], None, log), **tol(dtype))
     assert np.all(out[:start] == 7.0) and np.all(lse[:start] == 7.0)  # rows before the part untouched
     live = np.isfinite(x[start:]).any(axis=1) | np.isnan(x[start:]).any(axis=1)
     m = np.where(live, np.nanmax(np.where(np.isnan(x[start:]), -np.inf, x[start:]), axis=1), 0)

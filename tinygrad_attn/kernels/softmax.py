@@ -114,9 +114,34 @@ def _softmax_rows(x, keep, out, lse, start, stop):
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def _log_softmax_rows(x, keep, out, lse, start, stop):
+    """row_max_and_sum, then out = x - lse; unmasked rows of PAIRED_ROWS_FROM entries or more two at a time,
+    as in _softmax_rows."""
     wide_vectors()
-    has_mask = keep.shape[0] > 0
-    for r in range(start, stop):
+    has_mask, n = keep.shape[0] > 0, x.shape[1]
+    first = start  # the first row left for the one-row loop
+    if not has_mask and n >= PAIRED_ROWS_FROM:
+        zero = x.dtype.type(0)
+        for r in range(start, stop - 1, 2):  # rows r and r + 1
+            m0, m1 = x.dtype.type(-np.inf), x.dtype.type(-np.inf)
+            for j in range(n):
+                m0, m1 = maximum(m0, x[r, j]), maximum(m1, x[r + 1, j])
+            s0, s1 = m0 if m0 != -np.inf else zero, m1 if m1 != -np.inf else zero
+            t0, t1 = zero, zero
+            for j in range(n):
+                t0 += exp_vectorizable(x[r, j] - s0)
+                t1 += exp_vectorizable(x[r + 1, j] - s1)
+            lse0 = m0 + np.log(t0 if t0 != 0 else x.dtype.type(1))  # a dead row: -inf
+            lse1 = m1 + np.log(t1 if t1 != 0 else x.dtype.type(1))
+            lse[r], lse[r + 1] = lse0, lse1
+            for j in range(n):
+                out[r, j] = x[r, j] - lse0
+                out[r + 1, j] = x[r + 1, j] - lse1
+            if m0 == -np.inf:  # nothing to attend to: zeros
+                out[r, :] = 0
+            if m1 == -np.inf:
+                out[r + 1, :] = 0
+        first = stop - (stop - start) % 2
+    for r in range(first, stop):
         m, total = row_max_and_sum(x, r, keep, has_mask)
         row_lse = m + np.log(total if total != 0 else x.dtype.type(1))  # a dead row: -inf
         lse[r] = row_lse
