@@ -233,7 +233,7 @@ class Context:
 
     def __init__(self, function: type[Function], inputs: tuple[Node, ...], kwargs: dict):
         self.function, self.inputs, self.kwargs = function, inputs, kwargs
-        n = len(inputs)  # one or two inputs written out: a list made for them costs more than their op
+        n = len(inputs)  # one or two inputs written out: no list made for them on every op
         needs = ((inputs[0].requires_grad,) if n == 1 else (inputs[0].requires_grad, inputs[1].requires_grad) if n == 2
                  else tuple([t.requires_grad for t in inputs]))
         self.needs_input_grad = _SHARED_NEEDS.get(needs, needs)  # fewer objects for the garbage collector

@@ -36,7 +36,7 @@ def _relu_parallel(x, grad, out, parts):
         _relu(x[s:e], grad[s:e] if grad.size else grad, out[s:e])
 
 
-def _relu_serial(x, grad, out, start, stop):  # run_rows's serial call: the whole array on this thread
+def _relu_serial(x, grad, out, start, stop):  # run_parts's serial call: the whole array on this thread
     _relu(x, grad, out)
 
 
