@@ -46,7 +46,7 @@ def _run(x: np.ndarray, grad: np.ndarray) -> np.ndarray:
     return out
 
 
-_NO_GRAD = {char: np.empty(0, char) for char in "fd"}  # the forward's "no gradient" (read-only to the kernel)
+_NO_GRAD = {char: np.empty(0, char) for char in "fd"}  # the forward's "no gradient": empty, never read
 
 
 def relu_forward(x: np.ndarray) -> np.ndarray:
