@@ -127,6 +127,41 @@ def test_cross_entropy_kernel_matches_reference(dtype, rows, classes, seed):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@given(rows=st.integers(1, 9), n=st.integers(softmax_kernels.PAIRED_ROWS_FROM - 3, 140), seed=st.integers(0, 2**16),
+       start=st.integers(0, 2))
+def test_cross_entropy_kernel_on_long_rows_two_at_a_time_matches_reference(dtype, rows, n, seed, start):
+    """Counted rows of PAIRED_ROWS_FROM classes or more go two at a time, between ignored rows and targets
+    outside [0, C), in a part starting at any row with counted rows after it: losses, log-sum-exps and both
+    counts as the reference's, a NaN row and an all -inf row beside them."""
+    from tinygrad_attn.kernels.cross_entropy import _forward_rows
+
+    rng = np.random.default_rng(seed)
+    total, stop = start + rows + 2, start + rows  # two rows after the part, their targets counted
+    x = (rng.normal(size=(total, n)) * 5).astype(dtype)
+    target = rng.integers(0, n, total)
+    kind = rng.integers(0, 4, rows)  # 0, 1: counted; 2: ignored; 3: outside [0, C)
+    target[start:stop][kind == 2] = -100
+    target[start:stop][kind == 3] = rng.choice([-1, n, n + 5], np.count_nonzero(kind == 3))
+    x[start + rng.integers(0, rows)] = -np.inf  # lse -inf, loss NaN (-inf - -inf), as the reference
+    x[start + rng.integers(0, rows), rng.integers(0, n)] = np.nan
+    loss, lse = np.full(total, 7.0, dtype), np.full(total, 7.0, dtype)
+    counted, outside = _forward_rows(x, target, -100, loss, lse, start, stop)
+    part, x_part = target[start:stop], x[start:stop]
+    good = (part >= 0) & (part < n)
+    assert (counted, outside) == (np.count_nonzero(good), np.count_nonzero(~good & (part != -100)))
+    with np.errstate(invalid="ignore"):  # the reference's -inf - -inf
+        want = np.where(good, cross_entropy_reference(x_part, np.where(good, part, -100), -100), 0)
+    np.testing.assert_allclose(loss[start:stop], want, **tol(dtype))
+    m = np.max(x_part, axis=1, keepdims=True)  # NaN for the NaN row
+    shift = np.where(m == -np.inf, 0, m)  # the all -inf row: exps 0, lse -inf
+    with np.errstate(divide="ignore"):
+        want_lse = np.where(good, (m + np.log(np.exp(x_part - shift).sum(axis=1, keepdims=True)))[:, 0], 0)
+    np.testing.assert_allclose(lse[start:stop], want_lse, **tol(dtype))
+    outside_part = np.r_[0:start, stop:total]
+    assert np.all(loss[outside_part] == 7.0) and np.all(lse[outside_part] == 7.0)  # rows around the part untouched
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("approximate", [False, True])
 def test_gelu_kernel_matches_reference(dtype, approximate):
     """Over [-10, 10], both tails included (gelu(-10) is -7.6e-23, not 0): float32 within 16 ulp on

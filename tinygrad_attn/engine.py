@@ -293,8 +293,8 @@ class Context:
     def check_versions(self) -> None:
         versions = self.saved_versions
         for i in range(0, len(versions), 3):
-            t, counter, version = versions[i:i + 3]
-            if counter[0] != version:
+            if versions[i + 1][0] != versions[i + 2]:  # counter[0] != the version saved
+                t, counter, version = versions[i:i + 3]
                 raise RuntimeError(
                     f"one of the variables needed for gradient computation has been modified by an inplace "
                     f"operation: [Tensor of shape {t.shape}, dtype {t.dtype}], an input, output or argument of "
@@ -711,7 +711,9 @@ def run_backward(roots: list[Node], grads: list[Any], retain_graph: bool, create
                 input_grads = _higher_order_backward(ctx, g)
             else:
                 input_grads = ctx.function.backward(ctx, g)
-                if type(input_grads) is not tuple or len(input_grads) != len(ctx.inputs):
+                if type(input_grads) is not tuple and len(ctx.inputs) == 1:  # one input's gradient, returned alone
+                    input_grads = (input_grads,)
+                elif type(input_grads) is not tuple or len(input_grads) != len(ctx.inputs):
                     input_grads = _as_gradient_tuple(input_grads, len(ctx.inputs), ctx.function)
             for hook in _backward_hooks:
                 hook(ctx, g, input_grads)
@@ -745,7 +747,7 @@ def _accumulate(node: Node, g: Any, create_graph: bool, last_use: bool = False) 
     if node.grad is not None:
         node.grad = type(node)._result(node.grad._data + g.astype(node.dtype, copy=False), None)
         return
-    if g.dtype != node.dtype:
+    if g.dtype != node._data.dtype:
         own = g.astype(node.dtype)  # a new array
     elif (last_use and g.flags.writeable and sys.getrefcount(g) <= _SOLE_OWNER
           and (g.base is None or type(node)._private_view(g))):

@@ -58,10 +58,13 @@ _ONE_VIEW = _one_view_references()  # a buffer the pool and one array refer to, 
 
 def only_view(a: np.ndarray) -> bool:
     """Whether a is a view of a pooled buffer that no other array views: its memory is seen through a alone."""
-    if _base_references(a) != _ONE_VIEW:  # counted first: the name `base` below is one more reference
-        return False
     base = a.base
-    return type(base) is np.ndarray and base.dtype == np.uint8 and any(b is base for b in _pool.get(base.size, ()))
+    if _getrefcount(base) != _ONE_VIEW or type(base) is not np.ndarray:  # counted as _base_references counts
+        return False
+    for b in _pool.get(base.size, ()):  # a pooled buffer (the pool holds byte buffers only)
+        if b is base:
+            return True
+    return False
 
 
 def empty(shape: tuple[int, ...], dtype) -> np.ndarray:
