@@ -387,6 +387,69 @@ def test_products_on_the_calling_thread_equal_numpy(monkeypatch, dtype, n, k, m,
     np.testing.assert_allclose(got, a @ b + (0 if bias is None else bias), **tol(dtype))
 
 
+def _small_kernel_limits(mp) -> list:
+    """As on an AVX-512 OpenBLAS, with the small-matrix limits scaled down to hypothesis's sizes: blocks of rows
+    of at most 256 multiply-adds and 32 entries of a when k <= 8 and k n <= 48, depth chunks of 4 for a
+    transposed a when k >= 16 and its output has at most 48 entries. Returns the list of the cuts taken."""
+    mp.setattr(blas, "small_kernels", lambda: True)
+    mp.setattr(parallel, "small_kernels", lambda: True)
+    mp.setattr(blas, "SMALL_KERNEL_WORK", 256)
+    mp.setattr(blas, "SMALL_KERNEL_SIDES", (8, 48))
+    mp.setattr(blas, "SMALL_KERNEL_ROWS", 32)
+    mp.setattr(blas, "SMALL_KERNEL_DEPTH", 4)
+    cuts, original = [], blas.small_kernel_blocks
+    mp.setattr(parallel, "small_kernel_blocks", lambda *args: cuts.append((args, original(*args))) or cuts[-1][1])
+    return cuts
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("threads", [1, 2])
+@given(n=st.integers(1, 40), k=st.integers(1, 40), m=st.integers(1, 12), a_how=st.sampled_from(["row-major",
+       "transposed"]), b_how=st.sampled_from(["row-major", "transposed"]), seed=st.integers(0, 2**16),
+       biased=st.booleans())
+@example(n=40, k=8, m=6, a_how="row-major", b_how="row-major", seed=0, biased=True)  # blocks of 16 rows
+@example(n=6, k=40, m=8, a_how="transposed", b_how="row-major", seed=0, biased=False)  # depth chunks of 4
+def test_products_in_small_kernel_blocks_equal_numpy(monkeypatch, dtype, threads, n, k, m, a_how, b_how, seed,
+                                                     biased):
+    """Where OpenBLAS's small-matrix kernels beat its whole product (an AVX-512 core), a product is cut into
+    blocks under their limit: rows for a narrow inner dimension, depth chunks for a transposed a over a long
+    one. On one thread and on two, and as matmul_pair's two products at once, against numpy's."""
+    if threads == 2 and (blas.private_openblas() is None or not parallel._safe_numba_layer()):
+        pytest.skip("no private OpenBLAS copy or no thread-safe numba layer here")
+    rng = np.random.default_rng(seed)
+    a, b = _view(rng, (n, k), dtype, a_how), _view(rng, (k, m), dtype, b_how)
+    bias = rng.normal(size=m).astype(dtype) if biased else None
+    with monkeypatch.context() as mp:
+        products_on_numba_threads(mp, 1 if threads == 1 else 2, private=threads == 2)
+        mp.setattr(parallel, "_num_threads", threads)
+        mp.setattr(parallel, "MIN_PRODUCT_WORK", 0 if threads == 2 else 1 << 40)
+        cuts, used = _small_kernel_limits(mp), []  # used: the (rows, columns, depth) the product ran in
+        for name in ("matmul_blocks", "matmul_blocks_parallel"):
+            kernel = getattr(parallel, name)
+            mp.setattr(parallel, name, lambda *args, kernel=kernel: used.append(args[5:8]) or
+                       parallel.any_layout(kernel)(*args))
+        got = parallel.row_split_matmul(a, b, bias)
+        pair = parallel.matmul_pair(b.T, a.T, a, b) if threads == 2 and bias is None else None
+    np.testing.assert_allclose(got, a @ b + (0 if bias is None else bias), **tol(dtype))
+    if pair is not None:
+        np.testing.assert_allclose(pair[0], b.T @ a.T, **tol(dtype))
+        np.testing.assert_allclose(pair[1], a @ b, **tol(dtype))
+    for (rows_, inner, cols_, a_flag, b_flag), cut in cuts:  # every cut under the limits, as described
+        if cut is None:
+            continue
+        rows, cols, depth = cut
+        assert cols == cols_ and rows * cols * depth <= 256 and 1 <= rows <= rows_
+        if a_flag == b_flag == blas.NO_TRANS:
+            assert depth == inner <= 8 and inner * cols_ <= 48 and rows * inner <= 32
+        else:
+            assert a_flag == blas.TRANS and depth == 4 and rows == rows_ and inner >= 16
+    cut = cuts[0][1] if cuts else None  # row_split_matmul's own, made first
+    if a_how == b_how == "row-major" and n * k * m > 256 and k <= 8 and k * m <= 48:
+        assert cut is not None and used[0] == cut  # a narrow product, cut into rows
+    if threads == 1 and a_how == "transposed" and n * k * m > 256 and k >= 16 and n * m <= 48:
+        assert cut is not None and used[0] == cut  # a weight's gradient, in depth chunks
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("blas_threads, private", [(1, False), (2, True), (2, False)])
 @given(n=st.integers(0, 9), m=st.integers(0, 6), how=LAYOUTS, seed=st.integers(0, 2**16))

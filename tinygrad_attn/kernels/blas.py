@@ -248,6 +248,40 @@ def product_blocks(m: int, k: int, n: int, a_flag: int, b_flag: int) -> tuple[in
     return max(1, min(m, area // cols)), cols, depth
 
 
+SMALL_KERNEL_WORK = 1_000_000  # OpenBLAS's AVX-512 cores multiply without packing up to this many multiply-adds
+SMALL_KERNEL_SIDES = (128, 64 * 192)  # ... which beat its packed product when k <= 128 and k n <= 64 x 192
+SMALL_KERNEL_ROWS = 4096  # entries of a in one block of rows (rows x k)
+SMALL_KERNEL_DEPTH = 64  # the chunks of a long inner dimension, for a transposed a
+_SMALL_KERNEL_CORES = ("skylakex", "cooperlake", "sapphirerapids")
+
+
+@functools.cache
+def small_kernels() -> bool:
+    """Whether numpy's OpenBLAS runs on a core with its small-matrix kernels (the AVX-512 ones)."""
+    library = openblas()
+    for name in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename"):
+        get = getattr(library, name, None) if library is not None else None
+        if get is not None:
+            get.argtypes, get.restype = [], ctypes.c_char_p
+            return (get() or b"").decode(errors="replace").lower() in _SMALL_KERNEL_CORES
+    return False
+
+
+def small_kernel_blocks(m: int, k: int, n: int, a_flag: int, b_flag: int) -> tuple[int, int, int] | None:
+    """(rows, columns, depth) of blocks OpenBLAS multiplies with its small-matrix kernels, where those beat its
+    whole product (docs/performance.md), else None: blocks of rows for a narrow inner dimension (both operands
+    as they lie), depth chunks of 64 for a transposed a over a long one (a weight's gradient, g^T x)."""
+    if not small_kernels() or m * k * n <= SMALL_KERNEL_WORK:
+        return None
+    if a_flag == b_flag == NO_TRANS and k <= SMALL_KERNEL_SIDES[0] and k * n <= SMALL_KERNEL_SIDES[1]:
+        rows = min(SMALL_KERNEL_WORK // (k * n), SMALL_KERNEL_ROWS // k)  # rows x k: a's block in L1
+        rows = rows // 16 * 16 if rows >= 16 else rows
+        return (rows, n, k) if rows >= 1 else None
+    if a_flag == TRANS and k >= 4 * SMALL_KERNEL_DEPTH and m * n <= SMALL_KERNEL_SIDES[1]:
+        return m, n, SMALL_KERNEL_DEPTH
+    return None
+
+
 def product_parts(m: int, k: int, n: int, parts: int) -> tuple[int, int, int]:
     """(rows, columns, depth) of `parts` whole blocks of an (m, k) @ (k, n) product, cut along its longer
     side: for a BLAS on one thread, where blocks need no size limit."""
@@ -309,11 +343,16 @@ def matmul_blocks_parallel(a, b, out, beta, bias, rows, cols, depth, gemm, parts
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
-def matmul_pair_parallel(a1, b1, out1, a2, b2, out2, gemm):
+def matmul_pair_parallel(a1, b1, out1, cut1, a2, b2, out2, cut2, no_bias, gemm):
     """out1 = a1 @ b1 on one thread and out2 = a2 @ b2 on another, at once: two independent products (a
-    layer's dX and dW) each whole, where cutting each in two would leave every part a thinner product."""
+    layer's dX and dW) each whole, where cutting each in two would leave every part a thinner product. Each
+    runs as matmul_blocks in blocks of cut = (rows, columns, depth): the whole product, or small_kernel_blocks's."""
     for p in prange(2):
         if p == 0:
-            matmul_into(a1, b1, out1, 1.0, 0.0, gemm)
+            rows, cols, depth = cut1
+            matmul_blocks(a1, b1, out1, 0.0, no_bias, rows, cols, depth, gemm, 0,
+                          -(-a1.shape[0] // rows) * -(-b1.shape[1] // cols))
         else:
-            matmul_into(a2, b2, out2, 1.0, 0.0, gemm)
+            rows, cols, depth = cut2
+            matmul_blocks(a2, b2, out2, 0.0, no_bias, rows, cols, depth, gemm, 0,
+                          -(-a2.shape[0] // rows) * -(-b2.shape[1] // cols))
