@@ -389,14 +389,15 @@ def test_products_on_the_calling_thread_equal_numpy(monkeypatch, dtype, n, k, m,
 
 def _small_kernel_limits(mp) -> list:
     """As on an AVX-512 OpenBLAS, with the small-matrix limits scaled down to hypothesis's sizes: blocks of rows
-    of at most 256 multiply-adds and 32 entries of a when k <= 8 and k n <= 48, depth chunks of 4 for a
-    transposed a when k >= 16 and its output has at most 48 entries. Returns the list of the cuts taken."""
+    of at most 256 multiply-adds and 24 entries of a when k <= 12 and k n <= 48, k whole up to 8 and in
+    chunks of at most 6 above; depth chunks of 4 for a transposed a when k >= 16 and its output has at most 48
+    entries. Returns the list of the cuts made."""
     mp.setattr(blas, "small_kernels", lambda: True)
     mp.setattr(parallel, "small_kernels", lambda: True)
     mp.setattr(blas, "SMALL_KERNEL_WORK", 256)
-    mp.setattr(blas, "SMALL_KERNEL_SIDES", (8, 48))
-    mp.setattr(blas, "SMALL_KERNEL_ROWS", 32)
-    mp.setattr(blas, "SMALL_KERNEL_DEPTH", 4)
+    mp.setattr(blas, "SMALL_KERNEL_SIDES", (12, 48))
+    mp.setattr(blas, "SMALL_KERNEL_ROWS", 24)
+    mp.setattr(blas, "SMALL_KERNEL_DEPTH", (8, 6, 4))
     cuts, original = [], blas.small_kernel_blocks
     mp.setattr(parallel, "small_kernel_blocks", lambda *args: cuts.append((args, original(*args))) or cuts[-1][1])
     return cuts
@@ -407,7 +408,8 @@ def _small_kernel_limits(mp) -> list:
 @given(n=st.integers(1, 40), k=st.integers(1, 40), m=st.integers(1, 12), a_how=st.sampled_from(["row-major",
        "transposed"]), b_how=st.sampled_from(["row-major", "transposed"]), seed=st.integers(0, 2**16),
        biased=st.booleans())
-@example(n=40, k=8, m=6, a_how="row-major", b_how="row-major", seed=0, biased=True)  # blocks of 16 rows
+@example(n=40, k=8, m=6, a_how="row-major", b_how="row-major", seed=0, biased=True)  # blocks of 3 rows
+@example(n=40, k=11, m=4, a_how="row-major", b_how="row-major", seed=0, biased=False)  # and depth chunks of 6
 @example(n=6, k=40, m=8, a_how="transposed", b_how="row-major", seed=0, biased=False)  # depth chunks of 4
 def test_products_in_small_kernel_blocks_equal_numpy(monkeypatch, dtype, threads, n, k, m, a_how, b_how, seed,
                                                      biased):
@@ -440,12 +442,14 @@ def test_products_in_small_kernel_blocks_equal_numpy(monkeypatch, dtype, threads
         rows, cols, depth = cut
         assert cols == cols_ and rows * cols * depth <= 256 and 1 <= rows <= rows_
         if a_flag == b_flag == blas.NO_TRANS:
-            assert depth == inner <= 8 and inner * cols_ <= 48 and rows * inner <= 32
+            chunks = -(-inner // depth)
+            assert inner <= 12 and inner * cols_ <= 48 and rows * depth <= 24
+            assert depth == inner if inner <= 8 else (depth <= 6 and depth * chunks >= inner > depth * (chunks - 1))
         else:
             assert a_flag == blas.TRANS and depth == 4 and rows == rows_ and inner >= 16
     cut = cuts[0][1] if cuts else None  # row_split_matmul's own, made first
-    if a_how == b_how == "row-major" and n * k * m > 256 and k <= 8 and k * m <= 48:
-        assert cut is not None and used[0] == cut  # a narrow product, cut into rows
+    if a_how == b_how == "row-major" and n * k * m > 256 and k <= 12 and k * m <= 48:
+        assert cut is not None and used[0] == cut  # a narrow product, cut into rows (and depth chunks past 8)
     if threads == 1 and a_how == "transposed" and n * k * m > 256 and k >= 16 and n * m <= 48:
         assert cut is not None and used[0] == cut  # a weight's gradient, in depth chunks
 

@@ -249,9 +249,9 @@ def product_blocks(m: int, k: int, n: int, a_flag: int, b_flag: int) -> tuple[in
 
 
 SMALL_KERNEL_WORK = 1_000_000  # OpenBLAS's AVX-512 cores multiply without packing up to this many multiply-adds
-SMALL_KERNEL_SIDES = (128, 64 * 192)  # ... which beat its packed product when k <= 128 and k n <= 64 x 192
-SMALL_KERNEL_ROWS = 4096  # entries of a in one block of rows (rows x k)
-SMALL_KERNEL_DEPTH = 64  # the chunks of a long inner dimension, for a transposed a
+SMALL_KERNEL_SIDES = (192, 64 * 192)  # ... which beat its packed product when k <= 192 and k n <= 64 x 192
+SMALL_KERNEL_ROWS = 128 * 96  # entries of a in one block (rows x depth)
+SMALL_KERNEL_DEPTH = (128, 96, 64)  # a's rows: k whole up to 128, else in chunks of at most 96; a transposed a: 64
 _SMALL_KERNEL_CORES = ("skylakex", "cooperlake", "sapphirerapids")
 
 
@@ -270,15 +270,18 @@ def small_kernels() -> bool:
 def small_kernel_blocks(m: int, k: int, n: int, a_flag: int, b_flag: int) -> tuple[int, int, int] | None:
     """(rows, columns, depth) of blocks OpenBLAS multiplies with its small-matrix kernels, where those beat its
     whole product (docs/performance.md), else None: blocks of rows for a narrow inner dimension (both operands
-    as they lie), depth chunks of 64 for a transposed a over a long one (a weight's gradient, g^T x)."""
+    as they lie; past 128, the inner dimension in equal chunks of at most 96), depth chunks of 64 for a
+    transposed a over a long one (a weight's gradient, g^T x)."""
     if not small_kernels() or m * k * n <= SMALL_KERNEL_WORK:
         return None
     if a_flag == b_flag == NO_TRANS and k <= SMALL_KERNEL_SIDES[0] and k * n <= SMALL_KERNEL_SIDES[1]:
-        rows = min(SMALL_KERNEL_WORK // (k * n), SMALL_KERNEL_ROWS // k)  # rows x k: a's block in L1
+        whole, chunk, _ = SMALL_KERNEL_DEPTH
+        depth = k if k <= whole else -(-k // -(-k // chunk))  # equal chunks of at most `chunk`
+        rows = min(SMALL_KERNEL_WORK // (depth * n), SMALL_KERNEL_ROWS // depth)
         rows = rows // 16 * 16 if rows >= 16 else rows
-        return (rows, n, k) if rows >= 1 else None
-    if a_flag == TRANS and k >= 4 * SMALL_KERNEL_DEPTH and m * n <= SMALL_KERNEL_SIDES[1]:
-        return m, n, SMALL_KERNEL_DEPTH
+        return (rows, n, depth) if rows >= 1 else None
+    if a_flag == TRANS and k >= 4 * SMALL_KERNEL_DEPTH[2] and m * n <= SMALL_KERNEL_SIDES[1]:
+        return m, n, SMALL_KERNEL_DEPTH[2]
     return None
 
 
