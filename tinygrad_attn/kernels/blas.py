@@ -17,6 +17,10 @@ the library's own large products go to a private copy of the same OpenBLAS (`pri
 copied once into the temporary directory and loaded on its own, with its own thread count, set to one),
 where numba's threads can each run a whole part of a product with OpenBLAS's fastest kernels
 (`kernel_gemm`). numpy's OpenBLAS and its thread count stay as they were.
+
+On its AVX-512 cores OpenBLAS multiplies products of at most 10^6 multiply-adds without packing them
+first; for narrow products and a weight's gradient, blocks that size run faster than the whole product
+(`small_kernel_blocks`, used only where `small_kernels()` finds such a core).
 """
 
 from __future__ import annotations

@@ -245,14 +245,16 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = Non
     threads never run beside them.
 
     With BLAS on one thread (after set_num_threads, or OPENBLAS_NUM_THREADS=1), one whole block per thread
-    (blas.product_parts). Otherwise (by default) blocks of at most ONE_THREAD_PRODUCT multiply-adds
-    (blas.product_blocks), which OpenBLAS runs on its caller without starting its threads: two sets of
-    threads on the same cores (BLAS's and numba's, each spinning a while after its work) made a training
-    step much slower. A product too small to share is numpy's `@`, as is any product without a bias when BLAS
-    is on one thread and so are we; one of up to FEW_BLOCKS blocks' work is cut into whole rows, each numpy's `@`
-    (cheaper than a kernel call at small sizes, and one kernel fewer to compile on a first run). The compiled
-    blocks start from the bias (written by each block's thread when blocks are whole rows, else by numpy into
-    every row first); numpy's `@` adds it after."""
+    (blas.product_parts), or, on an OpenBLAS with small-matrix kernels, the blocks they run faster when the
+    product is one of theirs (blas.small_kernel_blocks: narrow products, a weight's gradient). Otherwise (by
+    default) blocks of at most ONE_THREAD_PRODUCT multiply-adds (blas.product_blocks), which OpenBLAS runs on
+    its caller without starting its threads: two sets of threads on the same cores (BLAS's and numba's, each
+    spinning a while after its work) made a training step much slower. A product too small to share is
+    numpy's `@`, as is any product without a bias when BLAS is on one thread and so are we (unless
+    small-matrix blocks are faster); one of up to FEW_BLOCKS blocks' work is cut into whole rows, each numpy's
+    `@` (cheaper than a kernel call at small sizes, and one kernel fewer to compile on a first run). The
+    compiled blocks start from the bias (written by each block's thread when blocks are whole rows, else by
+    numpy into every row first); numpy's `@` adds it after."""
     if (a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or a.dtype != b.dtype or a.shape[0] < 2
             or 0 in a.shape + b.shape or (bias is not None and (bias.shape != b.shape[1:] or bias.dtype != a.dtype))):
         return _plus(a @ b, bias)  # numpy's own checks, messages and promotions for the rest
@@ -308,8 +310,8 @@ def _small_cut(a: np.ndarray, b: np.ndarray) -> tuple[int, int, int] | None:
 
 def matmul_pair(a1: np.ndarray, b1: np.ndarray, a2: np.ndarray, b2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(a1 @ b1, a2 @ b2), two independent products (a layer's dX = g W and dW = g^T X, of equal work): on two
-    threads, each product runs whole on one of them (each at one thread's full speed, no thinner parts, one
-    launch); otherwise each is row_split_matmul's."""
+    threads, each product runs on one of them (each at one thread's full speed, no thinner parts, one
+    launch), whole or in the blocks of blas.small_kernel_blocks; otherwise each is row_split_matmul's."""
     n = threads_for(float(a1.shape[0]) * a1.shape[-1] * b1.shape[-1] + float(a2.shape[0]) * a2.shape[-1] * b2.shape[-1],
                     MIN_PRODUCT_WORK) if a1.ndim == b1.ndim == a2.ndim == b2.ndim == 2 else 1
     if n == 2 and a1.dtype == b1.dtype == a2.dtype == b2.dtype and a1.shape[1] == b1.shape[0] and \
