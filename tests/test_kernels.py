@@ -431,11 +431,17 @@ def test_products_in_small_kernel_blocks_equal_numpy(monkeypatch, dtype, threads
             mp.setattr(parallel, name, lambda *args, kernel=kernel: used.append(args[5:8]) or
                        parallel.any_layout(kernel)(*args))
         got = parallel.row_split_matmul(a, b, bias)
+        pair_cuts, pair_kernel = [], parallel.matmul_pair_parallel
+        mp.setattr(parallel, "matmul_pair_parallel", lambda *args: pair_cuts.append((args[3], args[7])) or
+                   parallel.any_layout(pair_kernel)(*args))
         pair = parallel.matmul_pair(b.T, a.T, a, b) if threads == 2 and bias is None else None
+        wanted = [blas.small_kernel_blocks(*x.shape, y.shape[1], blas.blas_operand(x)[0], blas.blas_operand(y)[0])
+                  or (x.shape[0], y.shape[1], x.shape[1]) for x, y in ((b.T, a.T), (a, b))]  # else whole
     np.testing.assert_allclose(got, a @ b + (0 if bias is None else bias), **tol(dtype))
     if pair is not None:
         np.testing.assert_allclose(pair[0], b.T @ a.T, **tol(dtype))
         np.testing.assert_allclose(pair[1], a @ b, **tol(dtype))
+        assert pair_cuts == [tuple(wanted)] or not parallel._safe_numba_layer()  # each product in its own cut
     for (rows_, inner, cols_, a_flag, b_flag), cut in cuts:  # every cut under the limits, as described
         if cut is None:
             continue

@@ -265,8 +265,8 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = Non
         return _plus(np.matmul(a, b, out=out), bias)
     n = threads_for(work, MIN_PRODUCT_WORK)
     one_thread = n <= 1 and blas_threads() == 1  # we and BLAS on one thread each
-    if one_thread and bias is None and (not small_kernels() or _small_cut(a, b) is None):
-        return np.matmul(a, b, out=out)  # with a bias, the one block below adds onto it: no pass of its own after
+    if one_thread and bias is None and not small_kernels():  # with a bias, the one block below adds onto it
+        return np.matmul(a, b, out=out)
     if n <= 1 and not one_thread and work <= FEW_BLOCKS * ONE_THREAD_PRODUCT and k * n_cols <= ONE_THREAD_PRODUCT:
         step = ONE_THREAD_PRODUCT // (k * n_cols)  # whole rows: numpy's `@` per block, faster than a kernel call
         for r0 in range(0, m, step):
@@ -280,6 +280,8 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = Non
             and m * n_cols <= DEPTH_SPLIT_OUTPUT):
         return _depth_split_matmul(a, b, out, n, gemm)
     small = small_kernel_blocks(m, k, n_cols, a_operand[0], b_operand[0]) if blas_alone else None
+    if one_thread and bias is None and small is None:  # one whole block: numpy's `@`, as above
+        return np.matmul(a, b, out=out)
     rows, cols, depth = (small if small is not None else product_parts(m, k, n_cols, n) if blas_alone else
                          product_blocks(m, k, n_cols, a_operand[0], b_operand[0]))
     beta, fill = 0.0, _NO_BIAS[a.dtype.char]
@@ -300,14 +302,6 @@ def row_split_matmul(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = Non
 _NO_BIAS = {np.dtype(t).char: np.empty(0, t) for t in (np.float32, np.float64)}  # matmul_blocks's "no bias"
 
 
-def _small_cut(a: np.ndarray, b: np.ndarray) -> tuple[int, int, int] | None:
-    """blas.small_kernel_blocks for a @ b, None also when BLAS cannot read an operand where it lies."""
-    a_operand, b_operand = blas_operand(a), blas_operand(b)
-    if a_operand is None or b_operand is None:
-        return None
-    return small_kernel_blocks(a.shape[0], a.shape[1], b.shape[1], a_operand[0], b_operand[0])
-
-
 def matmul_pair(a1: np.ndarray, b1: np.ndarray, a2: np.ndarray, b2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(a1 @ b1, a2 @ b2), two independent products (a layer's dX = g W and dW = g^T X, of equal work): on two
     threads, each product runs on one of them (each at one thread's full speed, no thinner parts, one
@@ -317,11 +311,13 @@ def matmul_pair(a1: np.ndarray, b1: np.ndarray, a2: np.ndarray, b2: np.ndarray) 
     if n == 2 and a1.dtype == b1.dtype == a2.dtype == b2.dtype and a1.shape[1] == b1.shape[0] and \
             a2.shape[1] == b2.shape[0] and 0 not in a1.shape + b1.shape + a2.shape + b2.shape:
         gemm, alone = kernel_gemm(a1.dtype)
-        if gemm is not None and alone and all(blas_operand(x) is not None for x in (a1, b1, a2, b2)):
+        flags = [blas_operand(x) for x in (a1, b1, a2, b2)]
+        if gemm is not None and alone and None not in flags:
             out1 = buffers.empty((a1.shape[0], b1.shape[1]), a1.dtype)
             out2 = buffers.empty((a2.shape[0], b2.shape[1]), a2.dtype)
-            cut1 = _small_cut(a1, b1) or (a1.shape[0], b1.shape[1], a1.shape[1])  # else each whole
-            cut2 = _small_cut(a2, b2) or (a2.shape[0], b2.shape[1], a2.shape[1])
+            whole1, whole2 = (a1.shape[0], b1.shape[1], a1.shape[1]), (a2.shape[0], b2.shape[1], a2.shape[1])
+            cut1 = small_kernel_blocks(*a1.shape, b1.shape[1], flags[0][0], flags[1][0]) or whole1
+            cut2 = small_kernel_blocks(*a2.shape, b2.shape[1], flags[2][0], flags[3][0]) or whole2
             _on_numba_threads(2, any_layout(matmul_pair_parallel), a1, b1, out1, cut1, a2, b2, out2, cut2,
                               _NO_BIAS[a1.dtype.char], gemm)
             return out1, out2
