@@ -22,8 +22,8 @@ from .vector import exp_vectorizable, part_rows, wide_vectors
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def _forward_rows(x, target, ignore_index, loss, lse, start, stop):
     """Returns (the rows whose target counts, the rows whose target is outside [0, C)): the targets are
-    checked and counted in the same pass (a bad row's loss is left 0: the caller raises). Two counted rows in
-    a row of PAIRED_ROWS_FROM classes or more go together, as softmax.py's rows do."""
+    checked and counted in the same pass (a bad row's loss is left 0: the caller raises). Two consecutive counted
+    rows of PAIRED_ROWS_FROM classes or more go together, as softmax.py's rows do."""
     wide_vectors()
     counted, outside, n = 0, 0, x.shape[1]
     r = start
