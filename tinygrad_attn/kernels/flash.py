@@ -270,15 +270,15 @@ def backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_part
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
 def _forward_parallel(q, k, v, variant, modify, out, lse, gemm, bounds, items):
-    for p in prange(len(bounds) - 1):
-        attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, p, items[bounds[p]:bounds[p + 1]])
+    for p in prange(len(bounds) - 1):  # p is unsigned here: int64(p) calls the version the calling thread runs
+        attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, np.int64(p), items[bounds[p]:bounds[p + 1]])
 
 
 @njit(cache=True, nogil=True, error_model="numpy", parallel=True)
 def _backward_parallel(grad, q, k, v, out, lse, variant, modify, edges, dq_parts, dk, dv, gemm, bounds, items):
     for p in prange(len(bounds) - 1):
-        backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_parts, dk, dv, gemm, p,
-                            items[bounds[p]:bounds[p + 1]])
+        backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_parts, dk, dv, gemm, np.int64(p),
+                            items[bounds[p]:bounds[p + 1]])  # as in _forward_parallel
 
 
 @dataclass(frozen=True, eq=False)
