@@ -431,3 +431,20 @@ def test_the_backward_reads_the_rows_the_forward_copied(monkeypatch):
             assert len(copies) == 1, copies  # the output's gradient alone
         grads.append(qkv.grad.numpy())
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-9, atol=1e-10)
+
+
+def test_attention_parts_compile_once_for_the_calling_thread_and_numbas():
+    """The parallel drivers call the attention parts with the version the calling thread runs: a part index
+    of numba's unsigned prange type would compile each part a second time (seconds of a first run)."""
+    from tinygrad_attn.kernels import flash
+
+    if not hasattr(flash.attend_query_blocks, "signatures"):
+        pytest.skip("numba's JIT is off")
+    x = [ta.Tensor(np.random.default_rng(i).normal(size=(2, 3, 9, 4)), requires_grad=True) for i in range(3)]
+    F.scaled_dot_product_attention(*x, is_causal=True).sum().backward()  # on the calling thread
+    with pytest.MonkeyPatch.context() as mp:
+        share_work_among_threads(mp, 2)
+        F.scaled_dot_product_attention(*x, is_causal=True).sum().backward()  # on numba's threads
+    for kernel, part in ((flash.attend_query_blocks, 8), (flash.backward_key_ranges, 13)):
+        parts = {str(signature[part]) for signature in kernel.signatures}
+        assert parts == {"int64"}, (kernel.__name__, parts)
