@@ -146,7 +146,7 @@ def attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, part, items):
         g, block = divmod(item, n_blocks)
         a, b = divmod(g, n_inner)
         q_g, k_g, v_g, bias_g = q[a, b], k[a, b // group], v[a, b // group], bias[a, b]  # (Tq, d), (Tk, d), ..
-        seen = grid[a if grid.shape[0] > 1 else 0, b if grid.shape[1] > 1 else 0, block]  # (key tiles,) states
+        seen = grid[a, b, block]  # (key tiles,): each one's state
         if a * n_kv + b // group != head:  # another kv head: no tile laid out yet
             head = a * n_kv + b // group
             for u in range(n_tiles):
@@ -219,7 +219,7 @@ def backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_part
         kv_head = b // (n_inner // dk.shape[1])  # dk per query head, or per kv head when one part runs it all
         dq_g, dk_g, dv_g = dq_parts[r, a, b], dk[a, kv_head], dv[a, kv_head]  # (Tq, d): this range's share of dQ
         out_g = out[a, b]  # (Tq, dv)
-        seen = grid[a if grid.shape[0] > 1 else 0, b if grid.shape[1] > 1 else 0]  # (query blocks, key tiles)
+        seen = grid[a, b]  # (query blocks, key tiles)
         for i in range(tq):  # delta = rowsum(dO * out): (Tq,), once per item
             total = q.dtype.type(0)
             for c in range(d_v):
@@ -245,9 +245,10 @@ def backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_part
                 s_rows, dp_rows = rows(s_buf, 0, r1 - r0), rows(dp_buf, 0, r1 - r0)  # tiles in their n columns
                 s, dp = columns(s_rows, 0, n), columns(dp_rows, 0, n)  # (bq, n)
                 if r1 - r0 >= FEW_ROWS:  # the forward's product for these rows, so that S - lse <= 0 exactly
-                    scores_into(s, q_rows, k_t, 1.0, columns(rows(bias_g, r0, r1), c0, c1), has_bias, gemm)
+                    keys, factor = k_t, one
                 else:
-                    scores_into(s, q_rows, k_tile.T, scale, columns(rows(bias_g, r0, r1), c0, c1), has_bias, gemm)
+                    keys, factor = k_tile.T, scale
+                scores_into(s, q_rows, keys, factor, columns(rows(bias_g, r0, r1), c0, c1), has_bias, gemm)
                 if modify is not None:
                     if modified:
                         copy_tile(s_buf, raw_buf, r1 - r0, n)
@@ -351,15 +352,17 @@ def _band_layout(tq, tk, d, lo, hi):
     return tile, grid, np.count_nonzero(grid) / max(grid.size, 1)
 
 
-def _kernel_variant(variant, q, tk, tile, grid, bias, captured, parts):
-    """(vis, bias, grid, captured, grads): the kernels' `variant` tuple but the scale; grads (parts, C + 1),
-    written only by a modifier (without one, zeros kept per part count and never written)."""
+def _kernel_variant(variant, q, scale, tk, tile, grid, bias, captured, parts):
+    """The kernels' `variant` tuple (vis, scale, bias, grid, captured, grads): the grid broadcast (no copy) to
+    every group (P, Q, query blocks, key tiles); grads (parts, C + 1), written only by a modifier (without
+    one, zeros kept per part count and never written)."""
     bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
     vis = _description(variant.lo, variant.hi, variant.group, has_bias, variant.scored, variant.masked, tile)
+    grid, scale = np.broadcast_to(grid, q.shape[:2] + grid.shape[2:]), q.dtype.type(scale)
     if variant.modify is None:
-        return vis, bias, grid, _NOTHING_CAPTURED, _unwritten_grads(parts)
+        return vis, scale, bias, grid, _NOTHING_CAPTURED, _unwritten_grads(parts)
     values = np.zeros(1) if captured is None else captured
-    return vis, bias, grid, values, np.zeros((parts, len(values) + 1))
+    return vis, scale, bias, grid, values, np.zeros((parts, len(values) + 1))
 
 
 _NOTHING_CAPTURED = np.zeros(1)
@@ -400,12 +403,11 @@ def flash_attention_forward(q, k, v, scale, variant, bias, captured=None):
     out, lse = new_like(q, v.shape[3]), buffers.empty(q.shape[:3], q.dtype)  # out laid out like the q given
     lead, tq, tk, tile, threads, reused, grid = _plan_of(q, k, v, variant)
     q, k, v = dense_rows(q, reused), dense_rows(k, reused), dense_rows(v, reused)
-    vis, bias, grid, values, grads = _kernel_variant(variant, q, tk, tile, grid, bias, captured, 1)
-    kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads)
-    parallel.run_plan(_forward_parallel, attend_query_blocks, forward_plan(lead, grid, tile, tq, tk, threads),
-                      q, k, v, kernel_variant, variant.modify, out, lse,
+    plan = forward_plan(lead, grid, tile, tq, tk, threads)
+    kernel_variant = _kernel_variant(variant, q, scale, tk, tile, grid, bias, captured, 1)
+    parallel.run_plan(_forward_parallel, attend_query_blocks, plan, q, k, v, kernel_variant, variant.modify, out, lse,
                       kernel_gemm(q.dtype)[0])
-    _checked(grads, variant)
+    _checked(kernel_variant[-1], variant)
     return out, lse, (q, k, v)
 
 
@@ -424,8 +426,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, variant, bias, 
     grad_out, q, k, v = (dense_rows(a, reused) for a in (grad_out, q, k, v))
     n_ranges = len(edges) - 1
     dq_parts = dq[None] if n_ranges <= 1 else parallel.zeros((n_ranges,) + q.shape, q.dtype)
-    vis, bias, grid, values, grads_c = _kernel_variant(variant, q, tk, tile, grid, bias, captured, len(plan[0]) - 1)
-    kernel_variant = (vis, q.dtype.type(scale), bias, grid, values, grads_c)
+    kernel_variant = _kernel_variant(variant, q, scale, tk, tile, grid, bias, captured, len(plan[0]) - 1)
     parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, out, lse, kernel_variant,
                       variant.modify, edges, dq_parts, dk, dv, kernel_gemm(q.dtype)[0])
     if n_ranges > 1:
@@ -436,7 +437,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, variant, bias, 
             to[...] = summed.reshape(p, n_kv, variant.group, t, c).sum(axis=2)
         elif summed is not to:
             to[...] = summed
-    return dq, dk_to, dv_to, (_checked(grads_c, variant) if variant.modify is not None else None)
+    return dq, dk_to, dv_to, (_checked(kernel_variant[-1], variant) if variant.modify is not None else None)
 
 
 def attention_reference(q, k, v, scale, causal, bias):
