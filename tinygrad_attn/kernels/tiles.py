@@ -12,7 +12,9 @@ neither read nor written.
 The loops are written with vector.py's `maximum` and `exp_vectorizable`, and each kernel starts with
 its `wide_vectors()`. The kernels are inlined where flash.py calls them (inline="always"): a first run
 compiles them inside its two drivers, sooner than as functions of their own; called from
-Python, as the tests do, each compiles on its own.
+Python, as the tests do, each compiles on its own. `exp_shifted` alone is a function of its own: both
+drivers run it (the forward through online_softmax), and one compile serves both, which a first run
+finishes sooner than two inlined copies (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def row_max(s, i, first, stop, start):
     return m
 
 
-@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
+@njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def exp_shifted(s, n, shift, q_start, k_start, lo, hi):
     """The tile's n columns of s (bq, width) <- P = exp(S - shift[:, None]) in place, 0 where hidden and in a
     row whose shift is -inf (nothing seen); a NaN shift makes its row NaN. The forward's P (shift the running
