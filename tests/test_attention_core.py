@@ -371,7 +371,8 @@ def test_no_python_runs_inside_attentions_parallel_work(monkeypatch):
     grid = visibility.tile_grid(*visibility.band(True), 2048, 2048, tile)
     plan = layout.forward_plan((1, 8), grid, tile, 2048, 2048, 2)
     out, lse = np.empty_like(q), np.full((1, 8, 2048), np.nan, np.float32)
-    variant = flash._kernel_variant(flash.Variant.causal(True), q, 0.2, 2048, tile, grid, None, None, 2)
+    every_group = np.broadcast_to(grid, (1, 8) + grid.shape[2:])
+    variant = flash._kernel_variant(flash.Variant.causal(True), q, 0.2, 2048, tile, every_group, None, None, 2)
     args = (q, k, v, variant, None, out, lse, flash.kernel_gemm(q.dtype)[0], *plan)
     kernel = parallel.any_layout(flash._forward_parallel)
     kernel(*args)  # compiled before the clock starts

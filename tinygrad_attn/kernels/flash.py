@@ -329,36 +329,39 @@ def _no_bias(shape, dtype):
 
 def _plan_of(q, k, v, variant):
     """(lead, Tq, Tk, tile, threads, reused, grid): lead the groups' grid (P, Q); reused when some rows are
-    read by more than one tile; grid visibility.py's tile grid (kept per shape when it comes from the band
-    alone)."""
+    read by more than one tile; grid visibility.py's tile grid and the same broadcast (no copy) to every group
+    (P, Q, query blocks, key tiles), as the kernels read it (both kept per shape when the band alone makes
+    them)."""
     (n_outer, n_inner, tq, d), tk = q.shape, k.shape[2]
     if variant.blocks is None:  # the band alone: the same for every call of these shapes
-        tile, grid, seen = _band_layout(tq, tk, max(d, v.shape[3]), variant.lo, variant.hi)
+        tile, grid, seen = _band_layout(tq, tk, max(d, v.shape[3]), variant.lo, variant.hi, (n_outer, n_inner))
     else:
         tile = tile_shape(tq, tk, max(d, v.shape[3]))
-        grid = tile_grid(variant.lo, variant.hi, tq, tk, tile, variant.blocks, variant.block_size)
-        seen = np.count_nonzero(grid) / max(grid.size, 1)
+        blocks = tile_grid(variant.lo, variant.hi, tq, tk, tile, variant.blocks, variant.block_size)
+        grid = blocks, np.broadcast_to(blocks, (n_outer, n_inner) + blocks.shape[2:])
+        seen = np.count_nonzero(blocks) / max(blocks.size, 1)
     work = float(q.size) * tk + float(v.size) * tq  # multiply-adds of S = q k^T and P v, all tiles seen
     threads = parallel.threads_for(work * seen, parallel.MIN_ATTENTION_WORK)
     return (n_outer, n_inner), tq, tk, tile, threads, tq > tile[0] or tk > tile[1], grid
 
 
 @functools.lru_cache(maxsize=256)
-def _band_layout(tq, tk, d, lo, hi):
-    """(tile, grid, the share of tiles seen) of a band at these sizes; the grid read-only, as it is shared."""
+def _band_layout(tq, tk, d, lo, hi, lead):
+    """(tile, (grid, grid broadcast to the groups `lead`), the share of tiles seen) of a band at these sizes;
+    the grid read-only, as it is shared."""
     tile = tile_shape(tq, tk, d)
     grid = tile_grid(lo, hi, tq, tk, tile)
     grid.flags.writeable = False
-    return tile, grid, np.count_nonzero(grid) / max(grid.size, 1)
+    return tile, (grid, np.broadcast_to(grid, lead + grid.shape[2:])), np.count_nonzero(grid) / max(grid.size, 1)
 
 
 def _kernel_variant(variant, q, scale, tk, tile, grid, bias, captured, parts):
-    """The kernels' `variant` tuple (vis, scale, bias, grid, captured, grads): the grid broadcast (no copy) to
-    every group (P, Q, query blocks, key tiles); grads (parts, C + 1), written only by a modifier (without
-    one, zeros kept per part count and never written)."""
+    """The kernels' `variant` tuple (vis, scale, bias, grid, captured, grads), grid the one broadcast to every
+    group (P, Q, query blocks, key tiles); grads (parts, C + 1), written only by a modifier (without one,
+    zeros kept per part count and never written)."""
     bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
     vis = _description(variant.lo, variant.hi, variant.group, has_bias, variant.scored, variant.masked, tile)
-    grid, scale = np.broadcast_to(grid, q.shape[:2] + grid.shape[2:]), q.dtype.type(scale)
+    scale = q.dtype.type(scale)
     if variant.modify is None:
         return vis, scale, bias, grid, _NOTHING_CAPTURED, _unwritten_grads(parts)
     values = np.zeros(1) if captured is None else captured
@@ -401,10 +404,10 @@ def flash_attention_forward(q, k, v, scale, variant, bias, captured=None):
     copies where the given rows lie apart, else the arrays given), which the backward may take as they are.
     """
     out, lse = new_like(q, v.shape[3]), buffers.empty(q.shape[:3], q.dtype)  # out laid out like the q given
-    lead, tq, tk, tile, threads, reused, grid = _plan_of(q, k, v, variant)
+    lead, tq, tk, tile, threads, reused, (grid, every_group) = _plan_of(q, k, v, variant)
     q, k, v = dense_rows(q, reused), dense_rows(k, reused), dense_rows(v, reused)
     plan = forward_plan(lead, grid, tile, tq, tk, threads)
-    kernel_variant = _kernel_variant(variant, q, scale, tk, tile, grid, bias, captured, 1)
+    kernel_variant = _kernel_variant(variant, q, scale, tk, tile, every_group, bias, captured, 1)
     parallel.run_plan(_forward_parallel, attend_query_blocks, plan, q, k, v, kernel_variant, variant.modify, out, lse,
                       kernel_gemm(q.dtype)[0])
     _checked(kernel_variant[-1], variant)
@@ -415,7 +418,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, variant, bias, 
     """dq, dk, dv (P, Q, T, d) each, for the forward above, and the captured values' gradient (float64,
     flat, or None without a modifier); `grads` may give three zero-filled arrays to receive dq, dk, dv (such
     as views into one packed gradient)."""
-    lead, tq, tk, tile, threads, reused, grid = _plan_of(q, k, v, variant)
+    lead, tq, tk, tile, threads, reused, (grid, every_group) = _plan_of(q, k, v, variant)
     dq, dk_to, dv_to = grads if grads is not None else (new_like(a, a.shape[3], parallel.zeros) for a in (q, k, v))
     edges, plan = backward_plan(lead, grid, tile, tq, tk, threads)
     # grouped-query: the query heads of a group add into one kv head's dk and dv when one part runs every
@@ -426,7 +429,7 @@ def flash_attention_backward(grad_out, q, k, v, out, lse, scale, variant, bias, 
     grad_out, q, k, v = (dense_rows(a, reused) for a in (grad_out, q, k, v))
     n_ranges = len(edges) - 1
     dq_parts = dq[None] if n_ranges <= 1 else parallel.zeros((n_ranges,) + q.shape, q.dtype)
-    kernel_variant = _kernel_variant(variant, q, scale, tk, tile, grid, bias, captured, len(plan[0]) - 1)
+    kernel_variant = _kernel_variant(variant, q, scale, tk, tile, every_group, bias, captured, len(plan[0]) - 1)
     parallel.run_plan(_backward_parallel, backward_key_ranges, plan, grad_out, q, k, v, out, lse, kernel_variant,
                       variant.modify, edges, dq_parts, dk, dv, kernel_gemm(q.dtype)[0])
     if n_ranges > 1:
