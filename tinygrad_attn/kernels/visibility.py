@@ -14,8 +14,8 @@ A variant is one small int64 array, `vis`:
 and its tile grid, int8 (1 or B, 1 or H, query blocks, key tiles): each tile of the kernel is EMPTY (no
 query of the block sees a key of the tile: skipped in the forward, the backward and the plan), PARTIAL
 (the band's row limits, and the mask if MASKED, decide entry by entry) or FULL. The grid comes from the
-band and, for a block mask, from its blocks; `tile_grid` builds it, the kernels read it, layout.py's plans
-count the work of the tiles it keeps.
+band and, for a block mask, from its blocks; `tile_grid` builds it, the kernels read it broadcast (no copy)
+to every group (B, H, ...) by flash.py, layout.py's plans count the work of the tiles it keeps.
 """
 
 from __future__ import annotations
