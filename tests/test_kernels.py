@@ -25,6 +25,7 @@ from tinygrad_attn.kernels.gelu import gelu_backward, gelu_forward, gelu_referen
 from tinygrad_attn.kernels.layernorm import layer_norm_backward, layer_norm_forward, layer_norm_reference
 from tinygrad_attn.kernels.relu import relu_backward, relu_forward, relu_reference
 from tinygrad_attn.kernels.rmsnorm import rms_norm_backward, rms_norm_forward, rms_norm_reference
+from tinygrad_attn.kernels.scratch import scratch
 from tinygrad_attn.kernels.softmax import log_softmax_backward, softmax_backward, softmax_forward, softmax_reference
 from tinygrad_attn.kernels.views import columns, rows
 
@@ -754,6 +755,30 @@ def test_row_and_column_views_are_numpys_slices(how, data, shape, seed):
         assert np.all(a[r0:r1, c0:c1] == -7.0)
     kept = _rows_of_a_local_array(6, 1, 4)
     np.testing.assert_array_equal(kept, np.arange(18.0).reshape(6, 3)[1:4])
+
+
+@njit  # not cached, like _views
+def _scratch_filled(n_rows, n_cols, like):
+    a, b = scratch(n_rows, n_cols, like), scratch(n_rows, n_cols, like)  # two arrays: neither overlaps the other
+    for i in range(n_rows):
+        for j in range(n_cols):
+            a[i, j], b[i, j] = (i * n_cols + j) % 100, -1
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8])
+@given(n_rows=st.integers(0, 9), n_cols=st.integers(0, 70))
+def test_scratch_is_a_new_c_array_in_the_dtype_asked(dtype, n_rows, n_cols):
+    """scratch.scratch compiled: np.empty((n_rows, n_cols), like.dtype), C-contiguous, writable, its own memory
+    (filled whole, the second array's writes leave the first's values), and alive after the kernel returns."""
+    a, b = _scratch_filled(n_rows, n_cols, np.zeros(1, dtype))
+    want = (np.arange(n_rows * n_cols) % 100).reshape(n_rows, n_cols).astype(dtype)
+    for got in (a, b):
+        assert got.shape == (n_rows, n_cols) and got.dtype == dtype and got.flags.c_contiguous and got.flags.writeable
+        assert got.size == 0 or (got.strides == want.strides and got.ctypes.data % got.dtype.alignment == 0)
+    np.testing.assert_array_equal(a, want)
+    np.testing.assert_array_equal(b, np.full_like(want, -1))
+    assert a.size == 0 or not np.shares_memory(a, b)
 
 
 @njit  # not cached: a cache here would not see a change to the exp it calls in another file

@@ -51,6 +51,7 @@ from . import SAFE_FASTMATH, buffers, parallel
 from .blas import kernel_gemm, matmul_into
 from .layout import backward_plan, dense_rows, forward_plan, new_like, rows_apart, tile_shape
 from .modifiers import MASKED_SCORES, PULL_BACK, SCORES
+from .scratch import scratch
 from .tiles import exp_shifted, online_softmax, score_gradient
 from .vector import minimum, never_inline
 from .views import columns, rows
@@ -135,12 +136,11 @@ def attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, part, items):
     n_inner, tq, tk = q.shape[1], q.shape[2], k.shape[2]
     n_blocks = -(-tq // bq)
     d, d_v, n_kv = q.shape[3], v.shape[3], k.shape[1]
-    s_buf = np.empty((bq, bk + ROW_PAD), q.dtype)
+    s_buf = scratch(bq, bk + ROW_PAD, q)
     n_tiles = -(-tk // bk) if tq >= FEW_ROWS else 0  # a few rows (decoding) read k^T where it lies
-    # 2-D, in q's dtype: a first run compiles no other np.empty than the tiles' own
-    k_t = np.empty((n_tiles * d, bk), q.dtype)  # rows u d .. u d + d: key tile u's (scale k)^T, of kv head `head`
-    laid, head = np.empty((1, n_tiles), q.dtype), -1  # laid[0, u] 1 once tile u holds head's keys
-    state = np.empty((3, bq), q.dtype)
+    k_t = scratch(n_tiles * d, bk, q)  # rows u d .. u d + d: key tile u's (scale k)^T, of kv head `head`
+    laid, head = scratch(1, n_tiles, q), -1  # laid[0, u] 1 once tile u holds head's keys
+    state = scratch(3, bq, q)
     m, l, alpha = state[0], state[1], state[2]  # noqa: E741  (bq,) each: the running max, sum, rescaling
     for item in items:
         g, block = divmod(item, n_blocks)
@@ -205,10 +205,10 @@ def backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_part
     modified, masked = vis[MODIFIED] != 0, vis[MASKED] != 0
     n_inner, tq, tk, n_ranges = q.shape[1], q.shape[2], k.shape[2], len(edges) - 1
     d, d_v = q.shape[3], v.shape[3]
-    s_buf, dp_buf = np.empty((bq, bk + ROW_PAD), q.dtype), np.empty((bq, bk + ROW_PAD), q.dtype)
-    raw_buf = np.empty((bq if modified else 1, bk + ROW_PAD), q.dtype)  # the scores before the modifier, as wide
-    kt_buf, vt_buf = np.empty((d, bk), q.dtype), np.empty((d_v, bk), q.dtype)
-    per_row = np.empty((2, tq), q.dtype)
+    s_buf, dp_buf = scratch(bq, bk + ROW_PAD, q), scratch(bq, bk + ROW_PAD, q)
+    raw_buf = scratch(bq if modified else 1, bk + ROW_PAD, q)  # the scores before the modifier, as wide
+    kt_buf, vt_buf = scratch(d, bk, q), scratch(d_v, bk, q)
+    per_row = scratch(2, tq, q)
     delta, lse_rows = per_row[0], per_row[1]  # (Tq,): every row's delta; the lse of a block's rows
     one = q.dtype.type(1)  # in q's dtype, as the scale is: transpose_into compiles one version
     score_factor = one if modified else scale  # with a modifier, the scale comes with its derivative
