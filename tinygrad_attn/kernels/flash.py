@@ -328,21 +328,21 @@ def _no_bias(shape, dtype):
 
 
 def _plan_of(q, k, v, variant):
-    """(lead, Tq, Tk, tile, threads, reused, grid): lead the groups' grid (P, Q); reused when some rows are
-    read by more than one tile; grid visibility.py's tile grid and the same broadcast (no copy) to every group
-    (P, Q, query blocks, key tiles), as the kernels read it (both kept per shape when the band alone makes
-    them)."""
+    """(lead, Tq, Tk, tile, threads, reused, grids): lead the groups' grid (P, Q); reused when some rows are
+    read by more than one tile; grids visibility.py's tile grid, for the plans, and the same broadcast (no
+    copy) to every group (P, Q, query blocks, key tiles), as the kernels read it (both kept per shape when the
+    band alone makes them)."""
     (n_outer, n_inner, tq, d), tk = q.shape, k.shape[2]
     if variant.blocks is None:  # the band alone: the same for every call of these shapes
-        tile, grid, seen = _band_layout(tq, tk, max(d, v.shape[3]), variant.lo, variant.hi, (n_outer, n_inner))
+        tile, grids, seen = _band_layout(tq, tk, max(d, v.shape[3]), variant.lo, variant.hi, (n_outer, n_inner))
     else:
         tile = tile_shape(tq, tk, max(d, v.shape[3]))
-        blocks = tile_grid(variant.lo, variant.hi, tq, tk, tile, variant.blocks, variant.block_size)
-        grid = blocks, np.broadcast_to(blocks, (n_outer, n_inner) + blocks.shape[2:])
-        seen = np.count_nonzero(blocks) / max(blocks.size, 1)
+        grid = tile_grid(variant.lo, variant.hi, tq, tk, tile, variant.blocks, variant.block_size)
+        grids = grid, np.broadcast_to(grid, (n_outer, n_inner) + grid.shape[2:])
+        seen = np.count_nonzero(grid) / max(grid.size, 1)
     work = float(q.size) * tk + float(v.size) * tq  # multiply-adds of S = q k^T and P v, all tiles seen
     threads = parallel.threads_for(work * seen, parallel.MIN_ATTENTION_WORK)
-    return (n_outer, n_inner), tq, tk, tile, threads, tq > tile[0] or tk > tile[1], grid
+    return (n_outer, n_inner), tq, tk, tile, threads, tq > tile[0] or tk > tile[1], grids
 
 
 @functools.lru_cache(maxsize=256)
@@ -355,17 +355,17 @@ def _band_layout(tq, tk, d, lo, hi, lead):
     return tile, (grid, np.broadcast_to(grid, lead + grid.shape[2:])), np.count_nonzero(grid) / max(grid.size, 1)
 
 
-def _kernel_variant(variant, q, scale, tk, tile, grid, bias, captured, parts):
-    """The kernels' `variant` tuple (vis, scale, bias, grid, captured, grads), grid the one broadcast to every
-    group (P, Q, query blocks, key tiles); grads (parts, C + 1), written only by a modifier (without one,
-    zeros kept per part count and never written)."""
+def _kernel_variant(variant, q, scale, tk, tile, every_group, bias, captured, parts):
+    """The kernels' `variant` tuple (vis, scale, bias, grid, captured, grads), grid `every_group`: the tile
+    grid broadcast to every group (P, Q, query blocks, key tiles); grads (parts, C + 1), written only by a
+    modifier (without one, zeros kept per part count and never written)."""
     bias, has_bias = _bias(bias, q.shape[:3] + (tk,), q.dtype)
     vis = _description(variant.lo, variant.hi, variant.group, has_bias, variant.scored, variant.masked, tile)
     scale = q.dtype.type(scale)
     if variant.modify is None:
-        return vis, scale, bias, grid, _NOTHING_CAPTURED, _unwritten_grads(parts)
+        return vis, scale, bias, every_group, _NOTHING_CAPTURED, _unwritten_grads(parts)
     values = np.zeros(1) if captured is None else captured
-    return vis, scale, bias, grid, values, np.zeros((parts, len(values) + 1))
+    return vis, scale, bias, every_group, values, np.zeros((parts, len(values) + 1))
 
 
 _NOTHING_CAPTURED = np.zeros(1)
