@@ -41,10 +41,13 @@ def check_matmul(a: tuple[int, ...], b: tuple[int, ...], itemsize: int = 8) -> N
     k_b = b[0] if len(b) == 1 else b[-2]
     if a[-1] != k_b:
         raise ValueError(f"matmul: shapes {a} and {b} are not aligned ({a[-1]} != {k_b})")
-    try:
-        batch = np.broadcast_shapes(a[:-2], b[:-2])
-    except ValueError:
-        raise ValueError(f"matmul: batch dims of shapes {a} and {b} cannot be broadcast together") from None
+    if len(a) <= 2 and len(b) <= 2:  # no batch dims (the usual product: numpy's broadcast_shapes costs microseconds)
+        batch = ()
+    else:
+        try:
+            batch = np.broadcast_shapes(a[:-2], b[:-2])
+        except ValueError:
+            raise ValueError(f"matmul: batch dims of shapes {a} and {b} cannot be broadcast together") from None
     out = batch + (a[-2:-1] if len(a) > 1 else ()) + (b[-1:] if len(b) > 1 else ())
     check_fits("matmul", f"the product of {a} and {b}", out, itemsize, 1, "use smaller operands")
 

@@ -89,7 +89,7 @@ def _normalized(x: Tensor, normalized_shape: Any, params: dict, op: str) -> tupl
         t = t.astype(dtype)
         return t if t.shape == shape else t.reshape(shape)
 
-    return x, int(np.prod(normalized_shape)), k, dtype, rows
+    return x, math.prod(int(n) for n in normalized_shape), k, dtype, rows
 
 
 def embedding(input: Any, weight: Tensor, padding_idx: int | None = None, max_norm: Any = None,  # noqa: A002

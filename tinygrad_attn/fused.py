@@ -350,13 +350,13 @@ class FlashAttention(Function):
         ctx.save_for_backward(q, k, v, out, lse, grid_mask, *read)
         ctx.scale, ctx.variant, ctx.lead, ctx.captured = scale, variant, lead, captured
         out = out.reshape(lead + out.shape[2:])  # (..., Tq, dv)
-        return np.swapaxes(out, -3, -2) if packed else out  # packed: (..., T, H, d)
+        return out.swapaxes(-3, -2) if packed else out  # packed: (..., T, H, d)
 
     @staticmethod
     def backward(ctx, grad):
         _, _, _, out, lse, grid_mask, q, k, v = ctx.saved_tensors
         packed = len(ctx.inputs) == 1
-        grad = as_group_grid(np.swapaxes(grad, -3, -2) if packed else grad)  # (P, Q, Tq, dv)
+        grad = as_group_grid(grad.swapaxes(-3, -2) if packed else grad)  # (P, Q, Tq, dv)
         if not packed:
             *grads, captured = flash_attention_backward(grad, q, k, v, out, lse, ctx.scale, ctx.variant, grid_mask,
                                                         captured=ctx.captured)
@@ -370,7 +370,7 @@ class FlashAttention(Function):
                                              grads=targets if in_place else None)
         if not in_place:
             for i, d in enumerate(grads):
-                grad_qkv[..., i, :, :] = np.swapaxes(d.reshape(ctx.lead + d.shape[2:]), -3, -2)
+                grad_qkv[..., i, :, :] = d.reshape(ctx.lead + d.shape[2:]).swapaxes(-3, -2)
         return grad_qkv
 
     @staticmethod
@@ -442,7 +442,7 @@ def _heads(inputs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, np.n
     """(q, k, v) as (P, Q, T, d) grids and the leading dims they stand for; a packed qkv is split in place."""
     if len(inputs) == 1:
         (qkv,) = inputs  # (..., T, 3, H, d)
-        views = [np.swapaxes(qkv[..., i, :, :], -3, -2) for i in range(3)]  # (..., H, T, d)
+        views = [qkv[..., i, :, :].swapaxes(-3, -2) for i in range(3)]  # (..., H, T, d)
     else:
         views = list(inputs)
     return (*(as_group_grid(a) for a in views), views[0].shape[:-2])  # grids of a packed qkv are views

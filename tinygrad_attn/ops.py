@@ -63,7 +63,7 @@ class _OnArrays:
 
     @staticmethod
     def swap_last(x):
-        return np.swapaxes(x, -1, -2)
+        return x.swapaxes(-1, -2)
 
     @staticmethod
     def index_add(shape, index, values):
@@ -540,7 +540,7 @@ class Sum(Rule):
     @staticmethod
     def forward(ctx, a, axis, keepdim):
         out = a.sum(axis=axis, keepdims=True)
-        return out if keepdim else out.reshape(()) if axis is None else np.squeeze(out, axis)
+        return out if keepdim else out.reshape(()) if axis is None else out.squeeze(axis)
 
     @staticmethod
     def backward(ctx, grad):

@@ -8,6 +8,7 @@ finds `Tensor.softmax` or `__add__` here. The engine (engine.py) records and wal
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -1448,9 +1449,9 @@ class Tensor(Node):
             sizes = [int(n) for n in split_size_or_sections]
             if sum(sizes) != length or any(n < 0 for n in sizes):
                 raise ValueError(f"split: sizes {sizes} do not add up to dim {dim}'s length {length}")
-        starts = np.cumsum([0] + sizes[:-1])
+        starts = itertools.accumulate([0] + sizes[:-1])
         lead = (slice(None),) * axis
-        return tuple(self[lead + (slice(int(a), int(a) + n),)] for a, n in zip(starts, sizes))
+        return tuple(self[lead + (slice(a, a + n),)] for a, n in zip(starts, sizes))
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         """At most `chunks` pieces of ceil(length / chunks) along `dim`, as PyTorch's chunk."""
