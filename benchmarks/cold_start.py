@@ -44,6 +44,9 @@ def run(cache_dir: str) -> dict:
 
 def main() -> None:
     print_machine()
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):  # every run then compiles the package's sources again
+        print("# PYTHONDONTWRITEBYTECODE is set: each run below compiles the package's .py files to bytecode "
+              "(a usual install does so once)")
     with tempfile.TemporaryDirectory() as cache:
         cold = run(cache)
         warm = [run(cache) for _ in range(5)]
