@@ -332,14 +332,17 @@ def test_product_blocks_add_onto_what_the_output_holds(dtype, n, k, m, rows, col
     """matmul_blocks on blocks of every size, its products added in chunks of the inner dimension: with beta 1
     onto the bias the output was filled with, against numpy's a @ b + bias; with beta 0 the output is never
     read (NaN there stays out of the result); given the bias, each block writes it first (whole rows through
-    the contiguous loop, blocks of some columns through their strides) and the products add onto it."""
+    the contiguous loop, blocks of some columns through their strides; a strided bias through its strides too)
+    and the products add onto it."""
     gemm = parallel.kernel_gemm(np.dtype(dtype))[0]
     rng = np.random.default_rng(seed)
     a, b = rng.normal(size=(n, k)).astype(dtype), rng.normal(size=(k, m)).astype(dtype)
     bias, none = rng.normal(size=m).astype(dtype), np.empty(0, dtype)
+    strided = np.repeat(bias, 2)[::2]  # the same values, every other element of its memory
     blocks = -(-n // rows) * -(-m // cols)
     for beta, fill, start, expected in ((1.0, none, np.broadcast_to(bias, (n, m)), a @ b + bias),
-                                        (0.0, none, np.nan, a @ b), (0.0, bias, np.nan, a @ b + bias)):
+                                        (0.0, none, np.nan, a @ b), (0.0, bias, np.nan, a @ b + bias),
+                                        (0.0, strided, np.nan, a @ b + bias)):
         out = np.empty((n, m), dtype)
         out[...] = start
         parallel.any_layout(blas.matmul_blocks)(a, b, out, beta, fill, rows, cols, depth, gemm, 0, blocks)

@@ -39,6 +39,7 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import lower_builtin, type_callable
 
+from . import views
 from .vector import maximum, minimum, never_inline, part_rows
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS enum values
@@ -308,21 +309,25 @@ def matmul_blocks(a, b, out, beta, bias, rows, cols, depth, gemm, start, stop):
     for block in range(start, stop):
         i, j = divmod(block, n_cols)
         r0, c0 = i * rows, j * cols
+        r1, c1 = minimum(r0 + rows, out.shape[0]), minimum(c0 + cols, out.shape[1])
         if bias.size:
-            fill_rows(out, bias, r0, minimum(r0 + rows, out.shape[0]), c0, minimum(c0 + cols, out.shape[1]))
+            fill_rows(out, bias, r0, r1, c0, c1)
+        a_rows, out_block = views.rows(a, r0, r1), views.columns(views.rows(out, r0, r1), c0, c1)  # no clamping
         for p0 in range(0, k, depth):
-            matmul_into(a[r0:r0 + rows, p0:p0 + depth], b[p0:p0 + depth, c0:c0 + cols],
-                        out[r0:r0 + rows, c0:c0 + cols], 1.0, 1.0 if p0 > 0 or bias.size else beta, gemm)
+            p1 = minimum(p0 + depth, k)
+            matmul_into(views.columns(a_rows, p0, p1), views.columns(views.rows(b, p0, p1), c0, c1), out_block, 1.0,
+                        1.0 if p0 > 0 or bias.size else beta, gemm)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def fill_rows(out, bias, r0, r1, c0, c1):
     """out[r0:r1, c0:c1] = bias[c0:c1] on every row. Whole rows of a C-contiguous out are one C-contiguous
-    block, typed so (np.ascontiguousarray of a contiguous view is that view), which LLVM vectorises; any
-    other block is written through its strides."""
+    block, typed so (views.contiguous) with a contiguous bias, which LLVM vectorises; any other block is
+    written through its strides."""
     item = out.itemsize
-    if c0 == 0 and c1 == out.shape[1] and out.strides[1] == item and out.strides[0] == c1 * item:
-        block, row = np.ascontiguousarray(out[r0:r1]), np.ascontiguousarray(bias)
+    if (c0 == 0 and c1 == out.shape[1] and out.strides[1] == item and out.strides[0] == c1 * item
+            and bias.strides[0] == item):
+        block, row = views.contiguous(views.rows(out, r0, r1)), views.contiguous(bias)
         for i in range(r1 - r0):
             for j in range(c1):
                 block[i, j] = row[j]

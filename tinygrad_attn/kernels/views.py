@@ -1,4 +1,5 @@
-"""Views of an array's rows or columns inside compiled kernels, without numba's slice clamping.
+"""Views of an array's rows or columns inside compiled kernels, without numba's slice clamping, and an array
+typed C-contiguous without numba's copying code.
 
 `rows(a, start, stop)` is a[start:stop] and `columns(a, start, stop)` is a[:, start:stop], for bounds the
 caller knows are in range: 0 <= start <= stop <= that axis's length. numba compiles a slice for any
@@ -6,10 +7,15 @@ bounds (negative ones counted from the end, ones past the end clamped, any step)
 sliced axis, which LLVM then simplifies: a good part of flash attention's first compile. Compiled,
 these move the data pointer and set one length; without numba (NUMBA_DISABLE_JIT=1) they are the
 slices themselves. Bounds out of range are the caller's error and are not checked.
+
+`contiguous(a)` is a itself, typed C-contiguous, for an array the caller knows is laid out so (LLVM then
+vectorises loops over it): what np.ascontiguousarray returns for such an array, without compiling its
+copy for the other ones (0.4 s of a first run). An array not laid out so is the caller's error.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from numba import types
 from numba.core import cgutils
 from numba.core.imputils import impl_ret_borrowed
@@ -24,6 +30,11 @@ def rows(a, start, stop):
 def columns(a, start, stop):
     """a[:, start:stop], for 0 <= start <= stop <= a.shape[1]: a view of columns start to stop - 1."""
     return a[:, start:stop]
+
+
+def contiguous(a):
+    """a, typed C-contiguous, for an a the caller knows is (np.ascontiguousarray(a) is then a itself)."""
+    return np.ascontiguousarray(a)
 
 
 def _typer(axis):
@@ -58,3 +69,15 @@ def _lowering(axis):
 for _view, _axis in ((rows, 0), (columns, 1)):
     type_callable(_view)(_typer(_axis))
     lower_builtin(_view, types.Array, types.Integer, types.Integer)(_lowering(_axis))
+
+
+@type_callable(contiguous)
+def _type_contiguous(context):
+    def typer(a):
+        return a.copy(layout="C") if isinstance(a, types.Array) else None
+    return typer
+
+
+@lower_builtin(contiguous, types.Array)
+def _lower_contiguous(context, builder, sig, args):
+    return impl_ret_borrowed(context, builder, sig.return_type, args[0])  # the same array, its type says C
