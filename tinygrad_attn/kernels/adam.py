@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 
 from . import SAFE_FASTMATH
+from .vector import maximum
 
 
 @njit(cache=True, fastmath=SAFE_FASTMATH)
@@ -32,7 +33,7 @@ def adam_update(param, grad, m, v, v_max, lr, beta1, beta2, eps, step, weight_de
         v[i] = beta2 * v[i] + (1.0 - beta2) * g * g
         second = v[i]
         if amsgrad:
-            v_max[i] = max(v_max[i], v[i])
+            v_max[i] = maximum(v_max[i], v[i])  # NaN carried, as torch.maximum does
             second = v_max[i]
         param[i] = param[i] * decay - lr * (m[i] / bias1) / (np.sqrt(second / bias2) + eps)
 
