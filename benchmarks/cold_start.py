@@ -1,6 +1,7 @@
-"""Cold start: numba's first-call compile time, and import + one MHA forward/backward with a warm cache.
+"""Cold start: numba's first-call compile time, and import + one MHA forward/backward with a warm cache; then
+the main job's first run (`tinygrad-attn train --steps 5`, the default toy task) as a whole process.
 
-Each measurement runs in a fresh process. The compile run uses an empty
+Each measurement runs in a fresh process. The compile runs use an empty
 NUMBA_CACHE_DIR; the warm runs reuse it, as every run after the first does.
 
     python benchmarks/cold_start.py
@@ -14,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 from machine import print_machine  # benchmarks/machine.py: the machine, beside every table
 
@@ -42,6 +44,20 @@ def run(cache_dir: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def train_first_run() -> float:
+    """Seconds for a whole `python -m tinygrad_attn train --steps 5` process with an empty numba cache: start-up,
+    import, the kernels the default task compiles (a Linear's bias blocks, ReLU, embedding, Adam besides the
+    probe's), five steps and the run folder's files."""
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "tinygrad_attn", "train", "--steps", "5", "--out", out + "/run",
+                               "--no-progress", "--no-plot"], capture_output=True, text=True, env=env)
+        if proc.returncode:
+            raise SystemExit(proc.stderr)
+        return time.perf_counter() - start
+
+
 def main() -> None:
     print_machine()
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):  # every run then compiles the package's sources again
@@ -54,6 +70,8 @@ def main() -> None:
     print(f"warm cache, median of 5: import {statistics.median(w['import'] for w in warm):.2f} s, "
           f"import + MHA forward/backward + cross-entropy + layer norm + GELU "
           f"{statistics.median(w['total'] for w in warm):.2f} s")
+    print(f"the main job's first run, empty numba cache (`tinygrad-attn train --steps 5`, whole process): "
+          f"{train_first_run():.2f} s")
 
 
 if __name__ == "__main__":
