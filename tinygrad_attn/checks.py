@@ -41,7 +41,7 @@ def check_matmul(a: tuple[int, ...], b: tuple[int, ...], itemsize: int = 8) -> N
     k_b = b[0] if len(b) == 1 else b[-2]
     if a[-1] != k_b:
         raise ValueError(f"matmul: shapes {a} and {b} are not aligned ({a[-1]} != {k_b})")
-    if len(a) <= 2 and len(b) <= 2:  # no batch dims (the usual product: numpy's broadcast_shapes costs microseconds)
+    if len(a) <= 2 and len(b) <= 2:  # no batch dims, the usual product: numpy's broadcast_shapes is not called
         batch = ()
     else:
         try:

@@ -10,7 +10,7 @@ slices themselves. Bounds out of range are the caller's error and are not checke
 
 `contiguous(a)` is a itself, typed C-contiguous, for an array the caller knows is laid out so (LLVM then
 vectorises loops over it): what np.ascontiguousarray returns for such an array, without compiling its
-copy for the other ones (0.4 s of a first run). An array not laid out so is the caller's error.
+copy for the other ones (docs/performance.md). An array not laid out so is the caller's error.
 """
 
 from __future__ import annotations
