@@ -88,7 +88,7 @@ def is_causal_mask(mask: Any, t: int) -> bool:
         return False
     reference = _causal_reference(t, m.dtype == np.bool_) if t <= 256 else _causal_reference.__wrapped__(
         t, m.dtype == np.bool_)  # the small ones kept: a layer checks its mask at every call
-    return bool(np.array_equal(m, reference))
+    return bool((m == reference).all())  # same shape already: np.array_equal's own checks would repeat that
 
 
 @functools.lru_cache(maxsize=8)
