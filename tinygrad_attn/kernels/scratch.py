@@ -2,7 +2,7 @@
 
 `scratch(n_rows, n_cols, like)` is np.empty((n_rows, n_cols), like.dtype): a new C-contiguous 2-D array in
 like's dtype, for a kernel's own tiles. numba compiles `np.empty` through an overload and an allocator
-function of their own, about 0.15 s on a process's first use (a first run's attention forward); this is
+function of their own on a process's first use (a first run's attention forward: docs/performance.md); this is
 lowered by hand to numba's runtime allocation (a MemoryError if it fails), as views.py's views are.
 Without numba (NUMBA_DISABLE_JIT=1) it is np.empty itself. The sizes are the caller's, not checked: a
 kernel asks for tiles it has sized.
