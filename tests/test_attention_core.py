@@ -97,6 +97,30 @@ def test_empty_sequences_on_both_paths(sdpa_path, tq, tk):
     assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
 
 
+def test_flash_writes_every_output_row_whatever_its_buffer_held(monkeypatch):
+    """The flash forward's output buffer is not zeroed first: a row no product wrote (no key at all) is set to
+    0 by the kernel, not left as what the memory held (NaN here), and the other rows are the math path's."""
+    from tinygrad_attn.kernels import buffers, flash
+
+    new_like = flash.new_like
+
+    def poisoned(a, last, fill=buffers.empty):
+        out = new_like(a, last, fill)
+        if fill is buffers.empty:
+            out[...] = np.nan
+        return out
+
+    monkeypatch.setattr(flash, "new_like", poisoned)
+    rng = np.random.default_rng(0)
+    for tk in (0, 5):
+        q, k, v = (T(rng.normal(size=(2, 3, t, 8)), False) for t in (4, tk, tk))
+        with ta.sdpa_kernel("flash"):
+            got = F.scaled_dot_product_attention(q, k, v).numpy()
+        with ta.sdpa_kernel("math"):
+            want = F.scaled_dot_product_attention(q, k, v).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_nan_propagates_on_both_paths(sdpa_path, dtype):
     """A NaN query row gives a NaN output row (not zeros), on the math path as on the flash path, and a

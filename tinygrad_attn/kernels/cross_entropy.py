@@ -14,7 +14,7 @@ from numba import njit, prange
 
 from . import SAFE_FASTMATH, buffers
 from .parallel import run_rows
-from .softmax import pair_exp_sums, pair_max
+from .softmax import _NO_MASK, row_max_and_sum
 from .vector import exp_vectorizable, part_rows, wide_vectors
 
 
@@ -22,28 +22,21 @@ from .vector import exp_vectorizable, part_rows, wide_vectors
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy")
 def _forward_rows(x, target, ignore_index, loss, lse, start, stop):
     """Returns (the rows whose target counts, the rows whose target is outside [0, C)): the targets are
-    checked and counted in the same pass (a bad row's loss is left 0: the caller raises). Counted rows go two
-    at a time, every loop over both (softmax.py's pair helpers), whatever C: a row whose next row does not
-    count goes as a pair with itself. One path compiles sooner than a pair path beside a one-row path, and
-    ran as fast or faster at every C measured (docs/performance.md)."""
+    checked and counted in the same pass (a bad row's loss is left 0: the caller raises). One row at a time
+    (softmax.py's row_max_and_sum): rows in pairs ran up to a fifth faster at small C but took twice as long
+    to compile on a first run (docs/performance.md)."""
     wide_vectors()
     counted, outside, n = 0, 0, x.shape[1]
-    r = start
-    while r < stop:
+    for r in range(start, stop):
         t = target[r]
         if t == ignore_index or t < 0 or t >= n:
             loss[r], lse[r] = 0, 0
             outside += t != ignore_index
-            r += 1
             continue
-        pair = r + 1 < stop and target[r + 1] != ignore_index and 0 <= target[r + 1] < n
-        r1 = r + 1 if pair else r  # a row alone goes as a pair with itself
-        m0, m1, s0, s1 = pair_max(x, r, r1)
-        t0, t1 = pair_exp_sums(x, r, r1, s0, s1)
-        lse[r], lse[r1] = m0 + np.log(t0), m1 + np.log(t1)
-        loss[r], loss[r1] = lse[r] - x[r, t], lse[r1] - x[r1, target[r1]]
-        counted += 2 if pair else 1
-        r = r1 + 1
+        m, total = row_max_and_sum(x, r, _NO_MASK, False)
+        lse[r] = m + np.log(total)
+        loss[r] = lse[r] - x[r, t]
+        counted += 1
     return counted, outside
 
 

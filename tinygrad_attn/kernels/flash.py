@@ -6,8 +6,7 @@ tiles; m the running row max, l the running row sum, out the running output):
     S = q (scale k)^T + bias              a (bq, bk) tile of scores
     m' = max(m, rowmax S),  P = exp(S - m'),  alpha = exp(m - m')
     l' = l alpha + rowsum P,  out' = out alpha + P v
-    on the last tile P and alpha are divided by l' first: out' is then the output
-    lse = m + log l                       (saved for the backward)
+    after the last tile: out / l is the output, lse = m + log l (saved for the backward)
 
 Backward (FlashAttention-2), for one range of key tiles of one group, over the
 query blocks that see each tile, recomputing P from lse instead of storing it:
@@ -184,17 +183,18 @@ def attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, part, items):
                 if modified or (masked and partial):
                     apply_modifier(modify, MASKED_SCORES if masked and partial else SCORES, s_buf, s_buf, r1 - r0, n,
                                    a, b, r0, c0, captured, grads[part], 0.0)
-            online_softmax(s_rows, n, m, l, alpha, r0, c0, lo, hi, u == last)  # S <- P = exp(S - m'), ..
+            online_softmax(s_rows, n, m, l, alpha, r0, c0, lo, hi)  # S <- P = exp(S - m'), ..
             if started:
                 scale_rows(out_rows, alpha)  # out alpha (nothing to rescale before the first product)
             v_tile = rows(v_g, c0, c1)  # (bk, dv)
             matmul_into(s, v_tile, out_rows, 1.0, 1.0 if started else 0.0, gemm)  # out += P v: (bq, bk) (bk, dv)
             started = True
         lse_rows = rows(lse[a, b], r0, r1)  # (bq,)
-        for i in range(r1 - r0):  # lse = m + log l; a row that saw nothing: -inf
+        for i in range(r1 - r0):  # lse = m + log l, out / l; a row that saw nothing: lse -inf, out 0 P v
             lse_rows[i] = m[i] + math.log(l[i]) if l[i] > 0 else (l[i] if l[i] != l[i] else -np.inf)
-            for c in range(0 if started else d_v):  # no key tile at all: no product wrote the output
-                out_rows[i, c] = 0
+            inverse = q.dtype.type(1) / l[i] if l[i] != 0 else q.dtype.type(0)  # in q's dtype, as out is
+            for c in range(d_v):  # no key tile at all: no product wrote the output, 0
+                out_rows[i, c] = out_rows[i, c] * inverse if started else 0
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=SAFE_FASTMATH)
 def backward_key_ranges(grad, q, k, v, out, lse, variant, modify, edges, dq_parts, dk, dv, gemm, part, items):
     """The backward for items group * n_ranges + key range, one after another: dK and dV of the range's

@@ -67,13 +67,12 @@ def exp_shifted(s, n, shift, q_start, k_start, lo, hi):
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
-def online_softmax(s, n, m, l, alpha, q_start, k_start, lo, hi, last):  # noqa: E741
+def online_softmax(s, n, m, l, alpha, q_start, k_start, lo, hi):  # noqa: E741
     """One key tile of the online softmax: the tile's n columns of s (bq, width) -> P = exp(S - m') in place,
     m' = max(m, rowmax S).
 
     m (bq,) becomes m'; alpha (bq,) receives exp(m - m'), which rescales what was summed under the old
-    max; l (bq,) becomes l alpha + rowsum P. On the rows' `last` tile P and alpha are then divided by l',
-    so that out alpha + P v is the output itself. Hidden entries become 0; a row that has seen nothing keeps
+    max; l (bq,) becomes l alpha + rowsum P. Hidden entries become 0; a row that has seen nothing keeps
     m = -inf and l = 0 (and P = alpha = 0).
     """
     wide_vectors()
@@ -90,12 +89,6 @@ def online_softmax(s, n, m, l, alpha, q_start, k_start, lo, hi, last):  # noqa: 
         for j in range(n):
             total += s[i, j]
         l[i] = l[i] * alpha[i] + total
-    if last:  # a loop of its own: inside the one above, LLVM would vectorise neither
-        for i in range(bq):
-            inverse = 1 / l[i] if l[i] != 0 else s.dtype.type(0)
-            alpha[i] *= inverse
-            for j in range(n):
-                s[i, j] *= inverse
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
