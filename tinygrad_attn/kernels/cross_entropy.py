@@ -23,8 +23,8 @@ from .vector import exp_vectorizable, part_rows, wide_vectors
 def _forward_rows(x, target, ignore_index, loss, lse, start, stop):
     """Returns (the rows whose target counts, the rows whose target is outside [0, C)): the targets are
     checked and counted in the same pass (a bad row's loss is left 0: the caller raises). One row at a time
-    (softmax.py's row_max_and_sum): rows in pairs ran up to a fifth faster at small C but took twice as long
-    to compile on a first run (docs/performance.md)."""
+    (softmax.py's row_max_and_sum): rows in pairs ran faster at small C and compiled for longer on a first
+    run (docs/performance.md)."""
     wide_vectors()
     counted, outside, n = 0, 0, x.shape[1]
     for r in range(start, stop):
