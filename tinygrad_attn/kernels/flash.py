@@ -157,11 +157,8 @@ def attend_query_blocks(q, k, v, variant, modify, out, lse, gemm, part, items):
         for i in range(r1 - r0):
             m[i] = -np.inf
             l[i] = 0
-        last, started = -1, False  # the block's last key tile seen; whether a product wrote the output
+        started = False  # whether a product wrote the output
         for u in range(len(seen)):
-            if seen[u] != EMPTY:
-                last = u
-        for u in range(last + 1):
             if seen[u] == EMPTY:  # no query of the block sees a key of the tile: skipped
                 continue
             c0, c1 = block_columns(r0, r1, u * bk, minimum(u * bk + bk, tk), lo, hi)  # the keys the block sees
