@@ -61,23 +61,23 @@ PAIRED_ROWS_FROM = 64  # unmasked rows at least this long are taken two at a tim
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
-def pair_max(x, r, r1):
-    """Rows r and r1's maxima, in one loop over both (NaN if one is NaN), and their shifts: each max, or 0
+def pair_max(x, r):
+    """Rows r and r + 1's maxima, in one loop over both (NaN if one is NaN), and their shifts: each max, or 0
     for a row that is all -inf (its exps are then 0)."""
     m0, m1 = x.dtype.type(-np.inf), x.dtype.type(-np.inf)
     for j in range(x.shape[1]):
-        m0, m1 = maximum(m0, x[r, j]), maximum(m1, x[r1, j])
+        m0, m1 = maximum(m0, x[r, j]), maximum(m1, x[r + 1, j])
     zero = x.dtype.type(0)
     return m0, m1, m0 if m0 != -np.inf else zero, m1 if m1 != -np.inf else zero
 
 
 @njit(cache=True, nogil=True, fastmath=SAFE_FASTMATH, error_model="numpy", inline="always")
-def pair_exp_sums(x, r, r1, s0, s1):
-    """sum_j exp(x_j - s) over rows r and r1, in one loop over both (log-softmax keeps none of the exps)."""
+def pair_exp_sums(x, r, s0, s1):
+    """sum_j exp(x_j - s) over rows r and r + 1, in one loop over both (log-softmax keeps none of the exps)."""
     t0, t1 = x.dtype.type(0), x.dtype.type(0)
     for j in range(x.shape[1]):
         t0 += exp_vectorizable(x[r, j] - s0)
-        t1 += exp_vectorizable(x[r1, j] - s1)
+        t1 += exp_vectorizable(x[r + 1, j] - s1)
     return t0, t1
 
 
@@ -95,7 +95,7 @@ def _softmax_rows(x, keep, out, lse, start, stop):
     if not has_mask and n >= PAIRED_ROWS_FROM:
         zero = x.dtype.type(0)
         for r in range(start, stop - 1, 2):  # rows r and r + 1
-            m0, m1, s0, s1 = pair_max(x, r, r + 1)
+            m0, m1, s0, s1 = pair_max(x, r)
             t0, t1 = zero, zero
             for j in range(n):
                 e0, e1 = exp_vectorizable(x[r, j] - s0), exp_vectorizable(x[r + 1, j] - s1)
@@ -139,8 +139,8 @@ def _log_softmax_rows(x, keep, out, lse, start, stop):
     first = start  # the first row left for the one-row loop
     if not has_mask and n >= PAIRED_ROWS_FROM:
         for r in range(start, stop - 1, 2):  # rows r and r + 1
-            m0, m1, s0, s1 = pair_max(x, r, r + 1)
-            t0, t1 = pair_exp_sums(x, r, r + 1, s0, s1)
+            m0, m1, s0, s1 = pair_max(x, r)
+            t0, t1 = pair_exp_sums(x, r, s0, s1)
             lse0 = m0 + np.log(t0 if t0 != 0 else x.dtype.type(1))  # a dead row: -inf
             lse1 = m1 + np.log(t1 if t1 != 0 else x.dtype.type(1))
             lse[r], lse[r + 1] = lse0, lse1
